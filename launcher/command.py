@@ -1,0 +1,139 @@
+"""From a profile (plus the ladder's overrides) to the exact `vllm serve` command.
+
+Pure: no I/O, no clock, no os.environ. Secrets are not resolved here; the plan
+only names the environment variables that will carry them, so a Plan can be
+printed, logged and stored without leaking anything.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from launcher.flags import FlagCatalog
+from launcher.profile import FlagValue, Profile, parse_max_model_len
+
+Overrides = Mapping[str, FlagValue | None]  # flag → new value; None removes the flag
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Exactly what gets exec'd for one attempt, and how to tell that it is ready."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]  # added to the launcher's environment (no secrets)
+    secret_env_keys: tuple[str, ...]  # filled in at spawn time from the profile's secret refs
+    flags: Mapping[str, FlagValue]  # the effective vllm flags after overrides
+    overrides: Mapping[str, FlagValue | None]
+    base_url: str  # where the launcher itself reaches the server
+    served_model_name: str
+    startup_timeout_s: float
+    startup_stall_s: float
+    stop_grace_s: float
+
+    @property
+    def health_url(self) -> str:
+        return f"{self.base_url}/health"
+
+    @property
+    def models_url(self) -> str:
+        return f"{self.base_url}/v1/models"
+
+    @property
+    def max_model_len(self) -> int | None:
+        return parse_max_model_len(self.flags.get("max-model-len"))
+
+    @property
+    def utilization(self) -> float | None:
+        value = self.flags.get("gpu-memory-utilization")
+        return float(value) if value is not None else None  # type: ignore[arg-type]
+
+    @property
+    def kv_cache_dtype(self) -> str:
+        return str(self.flags.get("kv-cache-dtype", "auto"))
+
+    def describe_overrides(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.overrides.items()) or "as written"
+
+
+@dataclass(frozen=True, slots=True)
+class ChildEnv:
+    """The environment rules for vLLM: what we add, and what systemd gave us that vLLM must not see."""
+
+    strip: tuple[str, ...] = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID",
+                              "LISTEN_FDNAMES")
+    add: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({"PYTHONUNBUFFERED": "1"}))
+
+
+CHILD_ENV = ChildEnv()
+
+
+def effective_flags(profile: Profile, overrides: Overrides) -> dict[str, FlagValue]:
+    """The profile's flags with overrides applied in place (new flags go last)."""
+    flags: dict[str, FlagValue] = dict(profile.vllm)
+    for name, value in overrides.items():
+        if value is None:
+            flags.pop(name, None)
+        else:
+            flags[name] = value
+    return flags
+
+
+def render_flag(name: str, value: FlagValue, catalog: FlagCatalog | None = None) -> list[str]:
+    """One flag as argv words: true → --flag, false → --no-flag, lists → --flag a b, mappings → JSON."""
+    if isinstance(value, bool):
+        if value:
+            return [f"--{name}"]
+        spec = catalog.lookup(name) if catalog else None
+        # A store_true flag has no --no- form: leaving it out is how to say false.
+        if spec is not None and not spec.negatable:
+            return []
+        return [f"--no-{name}"]
+    if isinstance(value, tuple):
+        return [f"--{name}", *(_scalar(v) for v in value)]
+    if isinstance(value, Mapping):
+        return [f"--{name}", json.dumps(dict(value), separators=(",", ":"), sort_keys=True)]
+    return [f"--{name}", _scalar(value)]
+
+
+def _scalar(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def base_url(flags: Mapping[str, FlagValue]) -> str:
+    """Where the launcher reaches vLLM: a wildcard bind is reached over loopback."""
+    host = str(flags.get("host") or "127.0.0.1")
+    port = int(flags.get("port", 8000))  # type: ignore[arg-type]
+    if host in ("0.0.0.0", ""):  # noqa: S104 - reading the bind address, not binding
+        host = "127.0.0.1"
+    elif host in ("::", "[::]"):
+        host = "[::1]"
+    elif ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def build_plan(profile: Profile, overrides: Overrides | None = None, *, vllm_bin: str = "vllm",
+               catalog: FlagCatalog | None = None) -> Plan:
+    """The argv, environment and URLs for one attempt."""
+    overrides = dict(overrides or {})
+    flags = effective_flags(profile, overrides)
+    argv: list[str] = [vllm_bin, "serve", profile.model]
+    for name, value in flags.items():
+        argv.extend(render_flag(name, value, catalog))
+    env = dict(CHILD_ENV.add)
+    env.update(profile.env)
+    secret_keys = tuple(key for key, ref in (("VLLM_API_KEY", profile.api_key), ("HF_TOKEN", profile.hf_token))
+                        if ref is not None)
+    served = flags.get("served-model-name", profile.model)
+    served_name = str(served[0]) if isinstance(served, tuple) else str(served)
+    return Plan(
+        argv=tuple(argv), env=MappingProxyType(env), secret_env_keys=secret_keys,
+        flags=MappingProxyType(flags), overrides=MappingProxyType(overrides), base_url=base_url(flags),
+        served_model_name=served_name, startup_timeout_s=profile.launcher.startup_timeout_s,
+        startup_stall_s=profile.launcher.startup_stall_s, stop_grace_s=profile.launcher.stop_grace_s,
+    )

@@ -1,0 +1,142 @@
+"""What `vllm serve` accepts: its flags, which are negatable, and their choices.
+
+The truth is the installed vLLM's own `vllm serve --help=all` (about 10 s, so
+cached per vLLM version). Without an installed vLLM, the launcher uses the list
+it ships, parsed from the help of the newest vLLM we have captured.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from launcher.profile import Profile
+
+SHIPPED_VERSION = "0.32.0"
+
+# Flags that old command lines still carry: the version that removed them, and what to do.
+REMOVED_FLAGS: Mapping[str, tuple[str, str]] = MappingProxyType({
+    "swap-space": ("0.18.0", "delete it: the V1 engine never used CPU swap space"),
+    "calculate-kv-scales": ("0.28.0", "delete it: fp8 KV scales come from the checkpoint or default to 1.0"),
+    "disable-log-requests": ("0.17.0", "delete it: request logging is off by default (enable-log-requests: true turns it on)"),
+})
+
+_OPTION_LINE = re.compile(r"^  (-[^\s].*)$")
+_CHOICES = re.compile(r"^\{([^}]*)\}")
+
+
+@dataclass(frozen=True, slots=True)
+class FlagSpec:
+    """One `vllm serve` option as its help describes it."""
+
+    name: str  # canonical long name without dashes, e.g. "max-model-len"
+    takes_value: bool
+    negatable: bool  # `--no-<name>` exists
+    choices: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlagCatalog:
+    """The flags of one vLLM version, and where that knowledge came from."""
+
+    version: str
+    source: str  # "installed" or "shipped"
+    flags: Mapping[str, FlagSpec]
+    aliases: Mapping[str, str] = field(default_factory=dict)  # other spellings → canonical name
+
+    def lookup(self, name: str) -> FlagSpec | None:
+        if name.startswith("no-") and name[3:] in self.flags and self.flags[name[3:]].negatable:
+            return self.flags[name[3:]]
+        canonical = self.aliases.get(name, name)
+        return self.flags.get(canonical)
+
+    def closest(self, name: str) -> str | None:
+        candidates = list(self.flags) + list(self.aliases)
+        match = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+        return match[0] if match else None
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "version": self.version,
+            "flags": {n: {"takes_value": s.takes_value, "negatable": s.negatable, "choices": s.choices}
+                      for n, s in self.flags.items()},
+            "aliases": dict(self.aliases),
+        }, indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, source: str) -> FlagCatalog:
+        data = json.loads(text)
+        flags = {n: FlagSpec(n, bool(s["takes_value"]), bool(s["negatable"]),
+                             tuple(s["choices"]) if s.get("choices") else None)
+                 for n, s in data["flags"].items()}
+        return cls(str(data["version"]), source, MappingProxyType(flags), MappingProxyType(dict(data["aliases"])))
+
+
+def parse_help(text: str, version: str, source: str) -> FlagCatalog:
+    """Read the option lines of `vllm serve --help=all` (argparse format)."""
+    flags: dict[str, FlagSpec] = {}
+    aliases: dict[str, str] = {}
+    for raw in text.splitlines():
+        match = _OPTION_LINE.match(raw)
+        if not match:
+            continue
+        # The description may follow on the same line after two or more spaces.
+        head = re.split(r"\s{2,}", match.group(1), maxsplit=1)[0]
+        parts = re.split(r", (?=-)", head)
+        names: list[str] = []
+        takes_value = False
+        choices: tuple[str, ...] | None = None
+        for part in parts:
+            token, _, rest = part.partition(" ")
+            names.append(token)
+            if rest:
+                takes_value = True
+                found = _CHOICES.match(rest)
+                if found:
+                    choices = tuple(c for c in found.group(1).split(",") if c)
+        longs = [n[2:] for n in names if n.startswith("--")]
+        if not longs or longs[0] == "help":
+            continue
+        canonical = longs[0]
+        negatable = f"no-{canonical}" in longs
+        flags[canonical] = FlagSpec(canonical, takes_value, negatable, choices)
+        for other in names:
+            other_name = other.lstrip("-")
+            if other_name not in (canonical, f"no-{canonical}"):
+                aliases[other_name] = canonical
+    return FlagCatalog(version, source, MappingProxyType(flags), MappingProxyType(aliases))
+
+
+def shipped_catalog() -> FlagCatalog:
+    """The flag list of vLLM SHIPPED_VERSION that ships with the launcher."""
+    text = resources.files("launcher").joinpath("data", f"vllm-flags-{SHIPPED_VERSION}.json").read_text()
+    return FlagCatalog.from_json(text, source="shipped")
+
+
+def check_profile_flags(profile: Profile, catalog: FlagCatalog) -> None:
+    """Refuse flags this vLLM does not know, naming the closest one, and bad choices."""
+    for name, value in profile.vllm.items():
+        key = f"vllm.{name}"
+        if name in REMOVED_FLAGS and catalog.lookup(name) is None:
+            since, fix = REMOVED_FLAGS[name]
+            raise profile.error(key, f"{name} was removed in vLLM {since} (this vLLM is {catalog.version})", fix)
+        spec = catalog.lookup(name)
+        if spec is None:
+            close = catalog.closest(name)
+            hint = f"did you mean {close}?" if close else "see `vllm serve --help=all` for the flags"
+            raise profile.error(key, f"unknown vllm serve flag --{name} (vLLM {catalog.version}, {catalog.source} "
+                                "flag list)", hint)
+        if spec.choices and not (name == "tool-call-parser" and "tool-parser-plugin" in profile.vllm):
+            for item in value if isinstance(value, tuple) else (value,):
+                if isinstance(item, str) and item not in spec.choices:
+                    closest = difflib.get_close_matches(item, spec.choices, n=1, cutoff=0.6)
+                    hint = f"did you mean {closest[0]}? " if closest else ""
+                    raise profile.error(key, f"{item!r} is not a valid --{name} for vLLM {catalog.version}",
+                                        f"{hint}valid: {', '.join(spec.choices)}")

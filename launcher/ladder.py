@@ -1,0 +1,280 @@
+"""The failure ladder: for each failure class, the next change to try, within the profile's bounds.
+
+Pure: `next_step` takes the profile, the overrides applied so far and a diagnosis,
+and returns the next overrides with the reason, or raises `Stop` (never retried,
+exit 78) or `Exhausted` (nothing left to try, exit 75). tenacity in the daemon
+decides *when* the next attempt starts; this module decides *what* it changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from launcher.command import Overrides, effective_flags
+from launcher.diagnose import DEFAULT_BLOCK_SIZE, Diagnosis
+from launcher.errors import EX_CONFIG, EX_TEMPFAIL
+from launcher.logwatch import (
+    CONFIG,
+    ENGINE_DEAD,
+    FP8_UNSUPPORTED,
+    KV_INSUFFICIENT,
+    NO_CACHE_BLOCKS,
+    STARTUP_MEMORY,
+    UNKNOWN,
+)
+from launcher.profile import FP8_KV_DTYPES, FlagValue, Profile, parse_max_model_len
+from launcher.versions import VersionSemantics
+
+# Memory the next utilization leaves free for the driver and other allocations on the device.
+FREE_MARGIN_GIB = 0.5
+# The smallest max-num-batched-tokens the no_cache_blocks rung shrinks the profiling batch to.
+SMALL_BATCH_TOKENS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """The next attempt: its overrides and, for logs and state, what changed and why."""
+
+    overrides: Mapping[str, FlagValue | None]
+    change: str
+    reason: str
+
+
+class Stop(Exception):
+    """This failure cannot be fixed by another attempt."""
+
+    def __init__(self, message: str, exit_code: int = EX_CONFIG) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Exhausted(Stop):
+    """Every rung the profile allows for this failure has been tried."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EX_TEMPFAIL)
+
+
+def block_size(flags: Mapping[str, FlagValue]) -> int:
+    value = flags.get("block-size")
+    return int(value) if isinstance(value, int) else DEFAULT_BLOCK_SIZE
+
+
+def round_to_block(tokens: int, block: int) -> int:
+    return tokens // block * block
+
+
+def next_step(profile: Profile, overrides: Overrides, diagnosis: Diagnosis, *, version: VersionSemantics,
+              free_fraction: float | None = None, tried: Sequence[Mapping[str, FlagValue | None]] = ()) -> Step:
+    """The change that answers `diagnosis`, or Stop/Exhausted with the arithmetic and the options."""
+    flags = effective_flags(profile, overrides)
+    handler = _HANDLERS.get(diagnosis.cls, _retry_same)
+    step = handler(profile, dict(overrides), flags, diagnosis, version, free_fraction)
+    if diagnosis.cls not in (ENGINE_DEAD, UNKNOWN) and any(dict(step.overrides) == dict(t) for t in tried):
+        raise Exhausted(f"{diagnosis.cls}: the next change ({step.change}) was already tried and failed")
+    return step
+
+
+def _config(profile: Profile, overrides: dict[str, FlagValue | None], flags: Mapping[str, FlagValue],
+            d: Diagnosis, version: VersionSemantics, free_fraction: float | None) -> Step:
+    raise Stop(config_message(d))
+
+
+def config_message(d: Diagnosis) -> str:
+    """One line for a configuration failure: the cause and the fix."""
+    n = d.numbers
+    if d.reason == "tool_parser":
+        valid = n.get("valid_tool_parsers")
+        if n.get("tool_parser") and valid:
+            return (f"vLLM has no tool-call-parser {n['tool_parser']!r}; set vllm.tool-call-parser to one of: "
+                    f"{', '.join(valid)}")
+        return "enable-auto-tool-choice needs a tool-call-parser; set vllm.tool-call-parser (e.g. hermes, qwen3_coder)"
+    if d.reason == "max_model_len_above_model":
+        return (f"max-model-len {n.get('max_model_len')} is above the model's own limit "
+                f"{n.get('derived_max_model_len')}; set vllm.max-model-len to at most that")
+    if d.reason == "model_not_found":
+        return (f"vLLM cannot find the model ({d.root_cause}); check `model:` (hub id Org/Name or a local path "
+                "with config.json), the network, or HF_HUB_OFFLINE")
+    if d.reason == "gated_repo":
+        return ("the model is gated or private (401/403); accept its licence on huggingface.co and give a token: "
+                "hf_token: {env: HF_TOKEN}")
+    if d.reason == "port_in_use":
+        return "the port is already in use; stop what listens there or set vllm.port to a free port"
+    if d.reason == "unknown_flag":
+        return (f"vLLM rejects the arguments {n.get('arguments', '')}; remove or rename them in vllm: "
+                "(see `vllm serve --help=all`)")
+    if d.reason == "not_enough_gpus":
+        return (f"tensor × pipeline parallel size {n.get('world_size')} needs more GPUs than the {n.get('gpus')} "
+                "visible; lower tensor-parallel-size or expose more GPUs (CUDA_VISIBLE_DEVICES)")
+    return f"vLLM rejects the configuration: {d.root_cause}; fix the profile"
+
+
+def _startup_memory(profile: Profile, overrides: dict[str, FlagValue | None], flags: Mapping[str, FlagValue],
+                    d: Diagnosis, version: VersionSemantics, free_fraction: float | None) -> Step:
+    current = _utilization(flags, version)
+    rungs = profile.launcher.ladder.utilization_rungs
+    fits = _fitting_utilization(d, free_fraction)
+    lower = [r for r in rungs if r < current - 1e-9]
+    usable = [r for r in lower if fits is None or r <= fits]
+    if d.reason == "memory_changed" and current in rungs:
+        return Step(MappingProxyType(overrides), "same flags",
+                    "startup_memory: memory use changed while vLLM profiled it; retrying once memory settles")
+    if not usable:
+        why = (f"a utilization of at most {fits:.2f} fits the free memory ({_free_text(d)})" if fits is not None
+               else "vLLM could not get the memory it asked for")
+        allowed = f"the profile's rungs are {list(rungs)}" if rungs else "the profile allows no other utilization"
+        raise Exhausted(f"startup_memory at gpu-memory-utilization {current}: {why}; {allowed}. Free the device "
+                        "(see `vllm-launch preflight`) or add a lower rung to launcher.ladder.gpu_memory_utilization")
+    nxt = usable[0]
+    overrides["gpu-memory-utilization"] = nxt
+    return Step(MappingProxyType(overrides), f"gpu-memory-utilization {current} → {nxt}",
+                f"startup_memory: {_free_text(d) or d.root_cause}")
+
+
+def _fitting_utilization(d: Diagnosis, free_fraction: float | None) -> float | None:
+    free, total = d.numbers.get("free_gib"), d.numbers.get("total_gib")
+    if isinstance(free, float) and isinstance(total, float) and total > 0:
+        return max(0.0, (free - FREE_MARGIN_GIB) / total)
+    return free_fraction
+
+
+def _free_text(d: Diagnosis) -> str:
+    n = d.numbers
+    if "free_gib" in n and "total_gib" in n:
+        asked = f", {n['requested_gib']} GiB requested" if "requested_gib" in n else ""
+        return f"{n['free_gib']} of {n['total_gib']} GiB free{asked}"
+    return ""
+
+
+def _fp8_unsupported(profile: Profile, overrides: dict[str, FlagValue | None], flags: Mapping[str, FlagValue],
+                     d: Diagnosis, version: VersionSemantics, free_fraction: float | None) -> Step:
+    dtype = str(flags.get("kv-cache-dtype", "auto"))
+    if dtype not in FP8_KV_DTYPES:
+        raise Stop(f"fp8_unsupported although kv-cache-dtype is {dtype}: {d.root_cause}")
+    if not profile.launcher.ladder.drop_fp8_kv_if_unsupported:
+        raise Stop("this GPU cannot hold an FP8 KV cache (needs compute capability ≥ 8.9); remove "
+                   "vllm.kv-cache-dtype or set launcher.ladder.drop_fp8_kv_if_unsupported: true")
+    overrides["kv-cache-dtype"] = "auto"
+    return Step(MappingProxyType(overrides), f"kv-cache-dtype {dtype} → auto",
+                "fp8_unsupported: this GPU or attention backend has no FP8 KV cache (KV capacity halves)")
+
+
+def _kv_insufficient(profile: Profile, overrides: dict[str, FlagValue | None], flags: Mapping[str, FlagValue],
+                     d: Diagnosis, version: VersionSemantics, free_fraction: float | None) -> Step:
+    n = d.numbers
+    block = block_size(flags)
+    current = parse_max_model_len(flags.get("max-model-len")) or n.get("max_model_len")
+    if d.reason == "below_min_sessions":
+        sessions = profile.launcher.require.min_sessions or 1.0
+        estimate: int | None = int(n["kv_tokens"] / sessions)
+        why = (f"{n['kv_tokens']:,} KV tokens hold {n['kv_tokens'] / current:.2f} sessions of {current:,}, "
+               f"below require.min_sessions {sessions:g}") if current else "below require.min_sessions"
+    else:
+        estimate = n.get("estimated_max_model_len")
+        why = (f"max-model-len {current} needs {n.get('needed_gib')} GiB of KV cache, "
+               f"{n.get('available_kv_gib')} GiB available; vLLM estimates {estimate} fits")
+    options = ("options: kv-cache-dtype fp8 (CC ≥ 8.9), a higher gpu-memory-utilization, more GPUs "
+               "(tensor-parallel-size), or a shorter max-model-len")
+    if not isinstance(estimate, int) or estimate <= 0:
+        raise Stop(f"kv_insufficient: {why}; {options}")
+    new = round_to_block(estimate, block)
+    floor = profile.launcher.ladder.min_model_len
+    if floor is None:
+        raise Stop(f"kv_insufficient: {why}; the profile does not allow cutting the context "
+                   f"(set launcher.ladder.min_model_len), or {options}")
+    if new < floor:
+        raise Stop(f"kv_insufficient: {why}; {new} is below launcher.ladder.min_model_len {floor}; {options}")
+    if current is not None and new >= current:
+        raise Stop(f"kv_insufficient: {why}, which is not below the current {current}; {options}")
+    overrides["max-model-len"] = new
+    return Step(MappingProxyType(overrides), f"max-model-len {current} → {new}",
+                f"kv_insufficient: {why} (rounded down to the block size {block})")
+
+
+def _no_cache_blocks(profile: Profile, overrides: dict[str, FlagValue | None], flags: Mapping[str, FlagValue],
+                     d: Diagnosis, version: VersionSemantics, free_fraction: float | None) -> Step:
+    # Weights and activations fill the budget: a lower utilization would make it worse.
+    current = _utilization(flags, version)
+    higher = [r for r in profile.launcher.ladder.utilization_rungs if r > current + 1e-9]
+    if higher and (free_fraction is None or free_fraction >= min(higher)):
+        nxt = min(higher) if free_fraction is None else max(r for r in higher if r <= free_fraction)
+        overrides["gpu-memory-utilization"] = nxt
+        return Step(MappingProxyType(overrides), f"gpu-memory-utilization {current} → {nxt}",
+                    "no_cache_blocks: nothing is left for the KV cache; a higher rung gives it room")
+    if version.cudagraphs_in_budget and flags.get("enforce-eager") is not True:
+        overrides["enforce-eager"] = True
+        return Step(MappingProxyType(overrides), "enforce-eager → true",
+                    f"no_cache_blocks: vLLM {version.version} reserves CUDA-graph memory inside the budget; "
+                    "eager mode returns it to the KV cache")
+    batched = flags.get("max-num-batched-tokens")
+    if version.engine == "v1" and (not isinstance(batched, int) or batched > SMALL_BATCH_TOKENS):
+        overrides["max-num-batched-tokens"] = SMALL_BATCH_TOKENS
+        return Step(MappingProxyType(overrides), f"max-num-batched-tokens {batched or 'default'} → "
+                    f"{SMALL_BATCH_TOKENS}", "no_cache_blocks: a smaller profiling batch lowers the activation peak")
+    raise Stop(f"no_cache_blocks at gpu-memory-utilization {current}: weights and activations leave no memory for "
+               "the KV cache; options: quantized weights, more GPUs (tensor-parallel-size), a GPU with more "
+               "memory, or a higher utilization rung if the device has free memory (see `vllm-launch plan`)")
+
+
+def _retry_same(profile: Profile, overrides: dict[str, FlagValue | None], flags: Mapping[str, FlagValue],
+                d: Diagnosis, version: VersionSemantics, free_fraction: float | None) -> Step:
+    return Step(MappingProxyType(overrides), "same flags",
+                f"{d.cls}: {d.root_cause or 'vLLM exited'}; retrying the same flags")
+
+
+def _utilization(flags: Mapping[str, FlagValue], version: VersionSemantics) -> float:
+    value = flags.get("gpu-memory-utilization")
+    return float(value) if isinstance(value, int | float) else version.default_utilization
+
+
+_HANDLERS = {
+    CONFIG: _config,
+    STARTUP_MEMORY: _startup_memory,
+    FP8_UNSUPPORTED: _fp8_unsupported,
+    KV_INSUFFICIENT: _kv_insufficient,
+    NO_CACHE_BLOCKS: _no_cache_blocks,
+}
+
+
+def describe_remedy(d: Diagnosis, profile: Profile | None = None, version: VersionSemantics | None = None) -> str:
+    """What the ladder would do for this diagnosis, in one line (for `diagnose`)."""
+    from launcher.versions import semantics
+
+    if d.cls == "ok":
+        return "none: no failure in this log"
+    if d.cls == ENGINE_DEAD:
+        return "restart the engine with the same flags, with backoff (launcher.restart)"
+    if d.cls == UNKNOWN:
+        return "retry the same flags once; if it fails the same way, stop with exit 75 and the root cause"
+    if profile is None:
+        return _generic_remedy(d)
+    try:
+        step = next_step(profile, {}, d, version=version or semantics(d.numbers.get("vllm_version")))
+    except Stop as stop:
+        return f"stop (exit {stop.exit_code}): {stop}"
+    return f"{step.change} ({step.reason})"
+
+
+def _generic_remedy(d: Diagnosis) -> str:
+    n = d.numbers
+    if d.cls == CONFIG:
+        return f"stop (exit 78), never retried: {config_message(d)}"
+    if d.cls == STARTUP_MEMORY:
+        fits = _fitting_utilization(d, None)
+        extra = f"; a utilization of at most {fits:.2f} fits what was free" if fits is not None else ""
+        return ("kill our own leftover processes and wait for memory, then the next lower "
+                f"launcher.ladder.gpu_memory_utilization rung{extra}")
+    if d.cls == FP8_UNSUPPORTED:
+        return "kv-cache-dtype → auto (launcher.ladder.drop_fp8_kv_if_unsupported); KV capacity halves"
+    if d.cls == KV_INSUFFICIENT:
+        est = n.get("estimated_max_model_len")
+        if isinstance(est, int):
+            return (f"max-model-len → {round_to_block(est, DEFAULT_BLOCK_SIZE)} (vLLM's estimate rounded down to the "
+                    "block size), if launcher.ladder.min_model_len allows it; else stop (exit 78)")
+        return "a shorter max-model-len, fp8 KV cache, a higher utilization or more GPUs"
+    if d.cls == NO_CACHE_BLOCKS:
+        return ("never a lower utilization: a higher rung if the GPU has free memory, else enforce-eager (vLLM ≥ 0.20) "
+                f"or max-num-batched-tokens {SMALL_BATCH_TOKENS}; else stop (exit 78)")
+    return "retry the same flags"

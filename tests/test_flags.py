@@ -1,0 +1,97 @@
+"""Flags are checked against vLLM's own --help=all (cached per version) or the shipped list."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launcher import flags, profile, vllmenv
+from launcher.errors import ProfileError
+from tests.conftest import DATA
+
+HELP = (DATA / "help" / "serve_help_all-0.32.0.txt").read_text()
+
+
+def prof(extra: str) -> profile.Profile:
+    return profile.loads(f"model: /m\nvllm:\n  host: 127.0.0.1\n{extra}", source="p.yaml")
+
+
+class TestCatalog:
+    def test_shipped_list_is_the_parsed_help(self) -> None:
+        """The shipped JSON is exactly what parsing vLLM 0.32's --help=all gives."""
+        parsed = flags.parse_help(HELP, "0.32.0", "shipped")
+        shipped = flags.shipped_catalog()
+        assert dict(parsed.flags) == dict(shipped.flags)
+        assert 300 < len(shipped.flags)
+
+    def test_negatable_and_choices(self) -> None:
+        catalog = flags.shipped_catalog()
+        assert catalog.flags["enable-prefix-caching"].negatable
+        assert not catalog.flags["disable-log-stats"].negatable
+        assert "qwen3_coder" in (catalog.flags["tool-call-parser"].choices or ())
+        assert "tensor-parallel-size" == catalog.aliases["tp"]
+
+
+class TestCheck:
+    @pytest.mark.parametrize(("extra", "words"), [
+        ("  max-modle-len: 4096\n", "did you mean max-model-len"),
+        ("  enable-prefix-cache: true\n", "did you mean enable-prefix-caching"),
+        ("  swap-space: 4\n", "removed in vLLM 0.18.0"),
+        ("  calculate-kv-scales: true\n", "removed in vLLM 0.28.0"),
+        ("  disable-log-requests: true\n", "removed in vLLM 0.17.0"),
+        ("  tool-call-parser: qwen3coder\n", "did you mean qwen3_coder"),
+    ])
+    def test_unknown_flags_name_the_closest(self, extra: str, words: str) -> None:
+        """An unknown or removed flag is a one-line profile error with the closest name."""
+        with pytest.raises(ProfileError) as caught:
+            flags.check_profile_flags(prof(extra), flags.shipped_catalog())
+        assert words in str(caught.value)
+        assert str(caught.value).startswith("p.yaml:4: vllm.")
+
+    def test_known_flags_pass(self) -> None:
+        flags.check_profile_flags(prof("  enforce-eager: true\n  no-enable-prefix-caching: true\n"),
+                                  flags.shipped_catalog())
+
+    def test_tool_parser_plugin_allows_other_names(self) -> None:
+        """With a parser plugin, vLLM accepts names outside its built-in list."""
+        flags.check_profile_flags(prof("  tool-parser-plugin: /p.py\n  tool-call-parser: mine\n"),
+                                  flags.shipped_catalog())
+
+
+class TestInstalled:
+    def test_help_is_run_once_per_version(self, tmp_path: Path) -> None:
+        """The installed vLLM's help (10 s) is read once and cached by version."""
+        calls: list[list[str]] = []
+
+        def run(cmd: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+            calls.append(cmd)
+            return subprocess.CompletedProcess(cmd, 0, HELP, "")
+
+        first = vllmenv.installed_catalog(Path("/x/vllm"), "0.32.0+cpu", tmp_path, run)
+        second = vllmenv.installed_catalog(Path("/x/vllm"), "0.32.0+cpu", tmp_path, run)
+        assert first is not None and second is not None
+        assert [["/x/vllm", "serve", "--help=all"]] == calls
+        assert "installed" == second.source
+        assert dict(first.flags) == dict(second.flags)
+
+    def test_unreadable_help_falls_back_to_shipped(self, tmp_path: Path) -> None:
+        def run(cmd: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+            return subprocess.CompletedProcess(cmd, 1, "", "boom")
+
+        assert "shipped" == vllmenv.catalog_for(Path("/x/vllm"), "9.9.9", tmp_path, run).source
+
+    def test_version_comes_from_the_executables_interpreter(self, tmp_path: Path) -> None:
+        """A python-script `vllm` is asked through its own interpreter, not by importing torch."""
+        exe = tmp_path / "vllm"
+        exe.write_text("#!/usr/bin/python3\nprint('hi')\n")
+        seen: list[list[str]] = []
+
+        def run(cmd: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+            seen.append(cmd)
+            return subprocess.CompletedProcess(cmd, 0, "0.32.0+cpu\n", "")
+
+        assert "0.32.0+cpu" == vllmenv.installed_version(exe, run)
+        assert "/usr/bin/python3" == seen[0][0]

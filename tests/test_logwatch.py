@@ -1,0 +1,159 @@
+"""Log lines → events: prefixes of every version stripped, numbers read, failures classified."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from launcher import logwatch
+
+E = "\x1b"
+
+# (raw line, kind, failure class, a subset of the values)
+LINES: list[tuple[str, str, str | None, dict[str, Any]]] = [
+    ("(EngineCore pid=30957) INFO 11-29 15:41:36 [kv_cache_utils.py:2327] CPU KV cache size: 1,048,576 tokens, "
+     "Maximum concurrency for 2,048 tokens per request: 512.00x", "kv_tokens", None,
+     {"kv_tokens": 1048576, "concurrency_len": 2048, "max_concurrency": 512.0}),
+    (f"{E}[1;36m(EngineCore_0 pid=4242){E}[0;0m INFO 11-29 15:33:01 [kv_cache_utils.py:634] GPU KV cache size: "
+     "218,448 tokens", "kv_tokens", None, {"kv_tokens": 218448}),
+    ("INFO 11-29 15:33:01 [kv_cache_utils.py:637] Maximum concurrency for 32,768 tokens per request: 6.67x",
+     "concurrency", None, {"max_concurrency": 6.67, "concurrency_len": 32768}),
+    ("INFO 11-29 15:33:01 gpu_executor.py:76] # GPU blocks: 13653, # CPU blocks: 2730", "gpu_blocks", None,
+     {"gpu_blocks": 13653, "cpu_blocks": 2730}),
+    ("INFO 11-29 15:33:01 executor_base.py:111] # cuda blocks: 27306, # CPU blocks: 5461", "gpu_blocks", None,
+     {"gpu_blocks": 27306}),
+    ("(EngineCore_DP0 pid=1) INFO 11-29 15:33:00 [gpu_worker.py:298] Available KV cache memory: -1.44 GiB",
+     "available_kv", None, {"available_kv_gib": -1.44}),
+    ("(Worker pid=31313) INFO 11-29 15:41:36 [cpu_worker.py:260] Explicitly set (1.0/11.84) GiB for KV cache on "
+     "node 0.", "available_kv", None, {"available_kv_gib": 1.0, "total_gib": 11.84}),
+    ("INFO 11-29 15:33:00 worker.py:249] model weights take 56.92GiB; non_torch_memory takes 0.41GiB; PyTorch "
+     "activation peak memory takes 48.50GiB; the rest of the memory reserved for KV Cache is 20.00GiB.",
+     "available_kv", None, {"available_kv_gib": 20.0}),
+    ("(EngineCore pid=1) INFO 11-29 [gpu_model_runner.py:3001] Model loading took 28.95 GiB memory and 41.2 seconds",
+     "model_loading", None, {}),
+    ("(EngineCore pid=1) INFO 11-29 15:32:55 [gpu_model_runner.py:3001] Model loading took 28.95 GiB memory and "
+     "41.200000 seconds", "model_loading", None, {"model_loading_gib": 28.95}),
+    ("INFO 11-29 15:32:55 model_runner.py:1099] Loading model weights took 14.9888 GB", "model_loading", None,
+     {"model_loading_gb": 14.9888}),
+    ("(APIServer pid=30597) INFO 11-29 15:41:17 [api_utils.py:347]  \u2584\u2584 \u2584\u2588 \u2588     \u2588     "
+     "\u2588 \u2580\u2584\u2580 \u2588  version 0.32.0\r", "version", None, {"vllm_version": "0.32.0"}),
+    ("(EngineCore pid=1) INFO 11-29 15:41:22 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: "
+     "model='/m'", "version", None, {"vllm_version": "0.32.0"}),
+    ("INFO 11-29 15:32:40 api_server.py:528] vLLM API server version 0.6.6", "version", None,
+     {"vllm_version": "0.6.6"}),
+    ("(APIServer pid=1) INFO 11-29 15:41:38 [entry.py:140] Starting vLLM server on http://127.0.0.1:8123",
+     "server_starting", None, {"address": "http://127.0.0.1:8123"}),
+    ("INFO 11-29 15:33:05 [api_server.py:1090] Starting vLLM API server 0 on http://0.0.0.0:8000",
+     "server_starting", None, {}),
+    ("INFO:     Application startup complete.", "startup_complete", None, {}),
+    ("\rLoading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01]\rLoading safetensors checkpoint "
+     "shards: 100% Completed | 2/2 [00:02<00:00]", "progress", None, {"phase": "weights", "percent": 100}),
+    ("(APIServer pid=1) INFO 11-29 15:41:39 [launcher.py:254] [shutdown] API server: shutdown triggered",
+     "shutdown", None, {}),
+    # failures
+    ("\r(EngineCore_DP0 pid=4242) ERROR 11-29 15:32:48 [core.py:708] ValueError: Free memory on device (10.5/79.19 "
+     "GiB) on startup is less than desired GPU memory utilization (0.9, 71.27 GiB). Decrease GPU memory utilization",
+     "failure", "startup_memory", {"free_gib": 10.5, "total_gib": 79.19, "utilization": 0.9, "requested_gib": 71.27}),
+    ("ValueError: Free memory on device cuda:0 (10.5/139.8 GiB) on startup is less than desired GPU memory "
+     "utilization (0.92, 128.62 GiB).", "failure", "startup_memory", {"free_gib": 10.5, "total_gib": 139.8}),
+    ("(VllmWorker-0 pid=1) ERROR 11-29 15:46:17 [multiproc_executor.py:953] ValueError: Available memory on node 0 "
+     "(10.47/11.84 GiB) on startup is less than desired CPU memory utilization (0.92, 10.89 GiB). On the CPU",
+     "failure", "startup_memory", {"free_gib": 10.47, "requested_gib": 10.89}),
+    ("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity",
+     "failure", "startup_memory", {"tried": "1.96 GiB"}),
+    ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB", "failure", "startup_memory", {}),
+    ("ERROR 11-29 [gpu_model_runner.py:1] Failed to load model - not enough GPU memory. Try lowering "
+     "--gpu-memory-utilization", "failure", "startup_memory", {}),
+    ("RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests. Please try lowering "
+     "`max_num_seqs`", "failure", "startup_memory", {}),
+    ("ValueError(\"type fp8e4nv not supported in this architecture. The supported fp8 dtypes are ('fp8e4b15', "
+     "'fp8e5')\")", "failure", "fp8_unsupported", {}),
+    ("NotImplementedError: FlashAttention does not support fp8 kv-cache on this device.", "failure",
+     "fp8_unsupported", {}),
+    ("NotImplementedError: VLLM_USE_V1=1 is not supported with --kv-cache-dtype.", "failure", "fp8_unsupported", {}),
+    ("ValueError: Selected backend FLASH_ATTN is not valid for this configuration. Reason: ['kv_cache_dtype not "
+     "supported']", "failure", "fp8_unsupported", {}),
+    ("AssertionError: Triton reshape-and-cache cannot store kv_cache_dtype=fp8 on this device: an FP8 KV cache needs "
+     "native fp8e4nv (SM89+).", "failure", "fp8_unsupported", {}),
+    ("ValueError: To serve at least one request with the model's max seq len (32768), (4.0 GiB KV cache is needed, "
+     "which is larger than the available KV cache memory (0.98 GiB). Based on the available memory, the estimated "
+     "maximum model length is 8064. Try increasing", "failure", "kv_insufficient",
+     {"max_model_len": 32768, "needed_gib": 4.0, "available_kv_gib": 0.98, "estimated_max_model_len": 8064}),
+    ("ValueError: To serve at least one request with the models's max seq len (262144), (24.00 GB KV cache is "
+     "needed, which is larger than the available KV cache memory (20.00 GB). Try increasing", "failure",
+     "kv_insufficient", {"max_model_len": 262144, "needed_gib": 24.0}),
+    ("ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored in "
+     "KV cache (56736). Try increasing", "failure", "kv_insufficient", {"estimated_max_model_len": 56736}),
+    ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`", "failure",
+     "no_cache_blocks", {}),
+    ("KeyError: 'invalid tool call parser: nosuch (chose from { hermes,qwen3_coder,xlam })'", "failure", "config",
+     {"tool_parser": "nosuch", "valid_tool_parsers": ["hermes", "qwen3_coder", "xlam"]}),
+    ("TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser", "failure", "config", {}),
+    ("vllm serve: error: unrecognized arguments: --swap-space 4", "failure", "config",
+     {"arguments": "--swap-space 4"}),
+    ("  Value error, User-specified max_model_len (8192) is greater than the derived max_model_len "
+     "(max_position_embeddings=4096.0 or model_max_length=None in model's config.json).", "failure", "config",
+     {"max_model_len": 8192, "derived_max_model_len": 4096}),
+    ("OSError: [Errno 98] Address already in use", "failure", "config", {}),
+    ("ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use",
+     "failure", "config", {}),
+    ("huggingface_hub.errors.GatedRepoError: 401 Client Error.", "failure", "config", {}),
+    ("ValueError: Invalid repository ID or local directory specified: 'x/y'.", "failure", "config", {}),
+    ("OSError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': '/srv/m'.", "failure", "config", {}),
+    ("(APIServer pid=1) ERROR 11-29 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: EngineCore "
+     "encountered an issue.", "failure", "engine_dead", {}),
+    ("(APIServer pid=1) ERROR 11-29 15:40:00 [core_client.py:564] Engine core proc EngineCore_DP0 died "
+     "unexpectedly, shutting down client.", "failure", "engine_dead", {"dead_proc": "EngineCore_DP0"}),
+    ("(EngineCore pid=6181) ERROR 11-29 15:43:46 [core.py:1510] EngineCore failed to start.", "failure", "unknown",
+     {}),
+    ("vllm-1  | (APIServer pid=1) INFO 11-29 15:41:38 [entry.py:140] Starting vLLM server on http://0.0.0.0:8000",
+     "server_starting", None, {"address": "http://0.0.0.0:8000"}),
+    ("2026-11-29T15:41:38.123Z (APIServer pid=1) INFO 11-29 15:41:38 [entry.py:140] Starting vLLM server on "
+     "http://0.0.0.0:8000", "server_starting", None, {}),
+]
+
+QUIET = [
+    "(APIServer pid=1) WARNING 11-29 [system_utils.py:255] Found ulimit of 20000 and failed to automatically increase",
+    "INFO:     127.0.0.1:35806 - \"GET /health HTTP/1.1\" 200 OK",
+    "(APIServer pid=1) INFO 11-29 15:41:38 [launcher.py:195] Route: /v1/models, Methods: GET",
+    "(EngineCore pid=1) ERROR 11-29 15:43:46 [core.py:1510]     raise ValueError(",
+    "    raise TypeError(\"Error: --enable-auto-tool-choice requires --tool-call-parser\")",
+    "(APIServer pid=1) WARNING 11-29 [parallel.py:1] Address already in use. Retrying with a new port.",
+    "WARNING 11-29 15:32:41 arg_utils.py:1385] --kv-cache-dtype is not supported by the V1 Engine. Falling back to V0.",
+    "(APIServer pid=1) INFO 11-29 15:41:17 [cache.py:361] Using fp8 data type to store kv cache.",
+    "(Worker pid=1) INFO 11-29 15:41:28 [free.py:1] Free memory on device (70.1/79.19 GiB) on startup. Desired GPU "
+    "memory utilization is (0.9, 71.27 GiB).",
+]
+
+
+class TestClassify:
+    @pytest.mark.parametrize(("line", "kind", "failure", "values"), LINES)
+    def test_line_becomes_event(self, line: str, kind: str, failure: str | None, values: dict[str, Any]) -> None:
+        """Each signature yields its kind, class and numbers, whatever prefix the version wrote."""
+        event = logwatch.classify(line)
+        assert event is not None
+        assert (kind, failure) == (event.kind, event.failure)
+        assert values == {k: event.values[k] for k in values}
+
+    @pytest.mark.parametrize("line", QUIET)
+    def test_lines_that_say_nothing_we_use(self, line: str) -> None:
+        """Warnings, access logs, traceback source lines and near-misses are not events."""
+        assert logwatch.classify(line) is None
+
+    def test_config_failures_carry_their_reason(self) -> None:
+        reasons = {line: logwatch.classify(line) for line, _, f, _ in LINES if f == "config"}
+        assert {"tool_parser", "unknown_flag", "max_model_len_above_model", "port_in_use", "gated_repo",
+                "model_not_found"} == {e.reason for e in reasons.values() if e is not None}
+
+    def test_fatal_kinds(self) -> None:
+        """Specific root causes end an attempt at once; generic lines wait for the root cause."""
+        specific = logwatch.classify("ValueError: No available memory for the cache blocks.")
+        generic = logwatch.classify("(EngineCore pid=1) ERROR 11-29 15:43:46 [core.py:1] EngineCore failed to start.")
+        assert specific is not None and "specific" == specific.fatal
+        assert generic is not None and "generic" == generic.fatal
+
+    def test_normalize_strips_every_prefix(self) -> None:
+        proc, level, message = logwatch.normalize(
+            f"vllm-1  | [rank0]: {E}[0;36m(EngineCore_DP0 pid=7){E}[0;0m ERROR 11-29 15:33:01 [core.py:708] boom\r")
+        assert ("EngineCore_DP0", "ERROR", "boom") == (proc, level, message)
