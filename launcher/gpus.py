@@ -71,7 +71,8 @@ GPU_TABLE: dict[str, GpuModel] = {g.name: g for g in (
 
 _ALIASES = {"a100": "a100-80gb", "h100-80gb": "h100", "h100-sxm": "h100", "h200-141gb": "h200",
             "4090": "rtx4090", "3090": "rtx3090", "5090": "rtx5090", "4080": "rtx4080", "a6000": "rtx-a6000"}
-_COUNT = re.compile(r"^(?P<name>.+?)\s*(?:[x×*]\s*(?P<count>\d+))?$", re.IGNORECASE)
+# "a100-80gb x2", "h100 ×4", "l4*2": the count needs a separator, or "rtx4090" would read as "rt" × 4090.
+_COUNT = re.compile(r"^(?P<name>.+?)(?:\s+[x×*]\s*|\s*[×*]\s*)(?P<count>\d+)$", re.IGNORECASE)
 
 
 def lookup(name: str) -> GpuModel | None:

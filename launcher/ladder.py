@@ -166,6 +166,10 @@ def _kv_insufficient(profile: Profile, overrides: dict[str, FlagValue | None], f
     n = d.numbers
     block = block_size(flags)
     current = parse_max_model_len(flags.get("max-model-len")) or n.get("max_model_len")
+    if d.reason == "below_min_kv_tokens":
+        raise Stop(f"kv_insufficient: {n.get('kv_tokens', 0):,} KV tokens, below launcher.require.min_kv_tokens "
+                   f"{profile.launcher.require.min_kv_tokens:,}; a shorter context cannot add tokens: kv-cache-dtype fp8 "
+                   "(CC ≥ 8.9), a higher gpu-memory-utilization or more GPUs can")
     if d.reason == "below_min_sessions":
         sessions = profile.launcher.require.min_sessions or 1.0
         estimate: int | None = int(n["kv_tokens"] / sessions)

@@ -1,0 +1,174 @@
+"""The `vllm-launch` command line: the only place where errors become exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from launcher import __version__
+from launcher.errors import EX_CONFIG, EX_OK, EX_USAGE, LauncherError, UsageError
+
+EPILOG = """exit codes: 0 clean stop · 2 usage · 75 start-up failed in a way a later try may fix (ladder or
+restart budget exhausted) · 78 the profile, a flag, the model or the GPU can never work as configured"""
+
+
+def _add_set(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a profile key, e.g. --set vllm.max-model-len=32768 (repeatable)")
+
+
+def _add_gpu_inventory(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gpu-inventory", metavar="FILE",
+                        help="read the GPUs from an inventory file (YAML/JSON) instead of NVML")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vllm-launch", description="Turn a YAML profile into a running, healthy `vllm serve`.",
+        epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"vllm-launch {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    up = sub.add_parser("up", help="preflight, plan, launch, recover, serve until SIGTERM", epilog=EPILOG)
+    up.add_argument("profile", metavar="PROFILE")
+    _add_set(up)
+    _add_gpu_inventory(up)
+    up.add_argument("--log-format", choices=("auto", "json", "console"), default="auto",
+                    help="the launcher's own log lines: JSON when stdout is not a terminal (auto)")
+
+    plan = sub.add_parser("plan", help="capacity plan, exact argv and ladder; launches nothing", epilog=EPILOG)
+    plan.add_argument("profile", metavar="PROFILE", nargs="?")
+    plan.add_argument("--gpu", metavar="SPEC", help='simulate a GPU: l40s, "a100-80gb x2", "mem=79.2GiB,cc=8.0,count=2"')
+    _add_gpu_inventory(plan)
+    plan.add_argument("--model-config", metavar="FILE", help="the model's config.json (else: local dir, HF cache, "
+                      "shipped configs)")
+    plan.add_argument("--weights-gib", type=float, metavar="X", help="weights per instance in GiB, e.g. from a "
+                      "previous run's \"Model loading took X GiB\"")
+    plan.add_argument("--vllm-version", metavar="V", help="plan for this vLLM version (default: installed, else "
+                      "the newest known)")
+    _add_set(plan)
+    plan.add_argument("--json", action="store_true", help="machine-readable output (stable keys)")
+
+    preflight = sub.add_parser("preflight", help="GPU inventory and the checks that prevent doomed launches",
+                               epilog=EPILOG)
+    preflight.add_argument("profile", metavar="PROFILE", nargs="?")
+    _add_gpu_inventory(preflight)
+    _add_set(preflight)
+    preflight.add_argument("--json", action="store_true")
+
+    diagnose = sub.add_parser("diagnose", help="classify a vLLM log: failure class, numbers, remedy", epilog=EPILOG)
+    diagnose.add_argument("logfile", metavar="LOGFILE", help="a vLLM log file, or - for standard input")
+    diagnose.add_argument("--profile", metavar="PROFILE", help="say what this profile's ladder would do")
+    diagnose.add_argument("--json", action="store_true")
+
+    status = sub.add_parser("status", help="phase, pid, attempt, rung, KV capacity of a running profile")
+    status.add_argument("profile", metavar="PROFILE", nargs="?")
+    status.add_argument("--json", action="store_true")
+
+    down = sub.add_parser("down", help="stop the daemon that serves PROFILE and wait for a clean exit")
+    down.add_argument("profile", metavar="PROFILE")
+    down.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code or 0)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EX_USAGE
+    try:
+        handler = COMMANDS[args.command]
+        return handler(args)
+    except LauncherError as exc:
+        print(f"vllm-launch: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from launcher import planner, render
+
+    report = planner.run(planner.PlanRequest(
+        profile=args.profile, sets=tuple(args.sets), gpu=args.gpu, gpu_inventory=args.gpu_inventory,
+        model_config=args.model_config, weights_gib=args.weights_gib, vllm_version=args.vllm_version))
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        print(render.plan_text(report))
+    blocking = any(p.severity == "error" for p in report.problems)
+    return EX_CONFIG if blocking else EX_OK
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    from launcher import ladder, profile, render
+    from launcher.diagnose import diagnose_lines
+
+    try:
+        if args.logfile == "-":
+            diagnosis = diagnose_lines(sys.stdin)
+        else:
+            with open(args.logfile, encoding="utf-8", errors="replace") as handle:
+                diagnosis = diagnose_lines(handle)
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.logfile}: {exc.strerror}") from None
+    prof = profile.load(args.profile) if args.profile else None
+    remedy = ladder.describe_remedy(diagnosis, prof)
+    if args.json:
+        _print_json({**diagnosis.to_dict(), "remedy": remedy})
+    else:
+        print(render.diagnosis_text(diagnosis, remedy, args.logfile))
+    return EX_OK
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    from launcher import preflight
+
+    result = preflight.run_command(args.profile, sets=tuple(args.sets), inventory_path=args.gpu_inventory)
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        print(preflight.render_text(result))
+    return EX_CONFIG if result.blocking else EX_OK
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from launcher import daemon
+
+    return daemon.up(args.profile, sets=tuple(args.sets), inventory_path=args.gpu_inventory,
+                     log_format=args.log_format)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from launcher import state
+
+    return state.status_command(args.profile, as_json=args.json)
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from launcher import state
+
+    return state.down_command(args.profile, timeout=args.timeout)
+
+
+COMMANDS = {"plan": cmd_plan, "diagnose": cmd_diagnose, "preflight": cmd_preflight, "up": cmd_up,
+            "status": cmd_status, "down": cmd_down}
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
+

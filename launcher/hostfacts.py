@@ -1,0 +1,208 @@
+"""What preflight needs to know about the host besides its GPUs, read cheaply and never raising.
+
+/dev/shm, free disk where the model will be downloaded, whether it already is,
+the CUDA version torch was built for, free RAM, and our own leftover vLLM
+processes. `host_facts` reads the machine; `preflight.evaluate` only reads the
+`HostFacts` it returns, so the checks stay pure and testable.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from launcher import modelinfo
+
+if TYPE_CHECKING:
+    from launcher.profile import Profile
+
+SHM_PATH = "/dev/shm"  # noqa: S108  (only measured, never written)
+_TORCH_CUDA = re.compile(r"^cuda\s*(?::[^=]*)?=\s*['\"](\d+\.\d+)", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class LocalProcess:
+    """A process of ours on this host (a local PID: unlike NVML's, safe to signal)."""
+
+    pid: int
+    name: str
+    why: str  # "recorded in state" or "orphaned VLLM:: process"
+
+
+@dataclass(frozen=True, slots=True)
+class HostFacts:
+    """The host side of preflight; None means unknown, and unknown skips the check."""
+
+    shm_bytes: int | None = None  # size of /dev/shm
+    cache_dir: str | None = None  # the Hugging Face hub cache the model goes to
+    cache_free_bytes: int | None = None
+    model_downloaded: bool | None = None  # a local directory counts as downloaded
+    model_bytes: int | None = None  # safetensors size, when the files or their index are local
+    model_present_bytes: int = 0  # of those, already on disk (a partial download)
+    torch_cuda: str | None = None  # torch.version.cuda of vLLM's torch, e.g. "12.8"
+    memory_available_bytes: int | None = None
+    leftovers: tuple[LocalProcess, ...] = ()
+
+    @classmethod
+    def none(cls) -> HostFacts:
+        """For simulated GPUs (`plan --gpu`): no host checks at all."""
+        return cls()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+ProcessIter = Callable[..., Iterable[Any]]
+
+
+def host_facts(profile: Profile | None, *, environ: Mapping[str, str] | None = None, state_pids: Sequence[int] = (),
+               process_iter: ProcessIter | None = None, shm_path: str = SHM_PATH) -> HostFacts:
+    """Read the machine for `profile` (None: only what needs no profile). Cheap: no imports of torch."""
+    env = dict(os.environ if environ is None else environ)
+    if profile is not None:
+        env.update(profile.env)  # vLLM runs with the profile's env: its HF_HOME is where the model goes
+    cache = modelinfo.hf_hub_cache(env)
+    downloaded, size, present = _model_files(profile.model, env) if profile is not None else (None, None, 0)
+    return HostFacts(
+        shm_bytes=_fs_size(shm_path), cache_dir=str(cache), cache_free_bytes=_fs_free(cache),
+        model_downloaded=downloaded, model_bytes=size, model_present_bytes=present,
+        torch_cuda=torch_cuda(_torch_version_files(profile, env)), memory_available_bytes=_available_memory(),
+        leftovers=leftovers(state_pids, process_iter=process_iter),
+    )
+
+
+def _fs_size(path: str) -> int | None:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_blocks * st.f_frsize
+
+
+def _fs_free(path: Path) -> int | None:
+    """Free bytes for an unprivileged writer on the filesystem that holds `path` (or would)."""
+    for candidate in (path, *path.parents):
+        try:
+            st = os.statvfs(candidate)
+        except OSError:
+            continue
+        return st.f_bavail * st.f_frsize
+    return None
+
+
+def _model_files(model: str, environ: Mapping[str, str]) -> tuple[bool | None, int | None, int]:
+    """(downloaded, size, bytes present) of a local directory or a hub cache snapshot."""
+    try:
+        local = Path(model)
+        if local.is_dir():
+            return True, modelinfo.safetensors_bytes(local), 0
+        snapshot = modelinfo.snapshot_dir(model, environ)
+        if snapshot is None:
+            return False, None, 0
+        present = sorted(p.name for p in snapshot.glob("*.safetensors"))
+        index = snapshot / "model.safetensors.index.json"
+        if index.is_file():  # the index arrives first and knows the size of every shard
+            data = json.loads(index.read_text())
+            wanted = set(data.get("weight_map", {}).values())
+            size = int(data["metadata"]["total_size"]) if data.get("metadata", {}).get("total_size") else None
+        else:
+            wanted, size = set(), modelinfo.safetensors_bytes(snapshot)
+        complete = bool(present) and wanted <= set(present)
+        present_bytes = sum((snapshot / name).stat().st_size for name in present)
+        return complete, size, present_bytes
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return None, None, 0
+
+
+def torch_cuda(version_files: Iterable[Path]) -> str | None:
+    """`cuda` from the first torch/version.py found; None for CPU builds or when there is none."""
+    for path in version_files:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError:
+            continue
+        match = _TORCH_CUDA.search(text)
+        return match.group(1) if match else None
+    return None
+
+
+def _torch_version_files(profile: Profile | None, environ: Mapping[str, str]) -> Iterator[Path]:
+    """torch/version.py of vLLM's own environment first, then of ours; read as text, never imported."""
+    from launcher.errors import LauncherError
+    from launcher.vllmenv import find_vllm
+
+    if profile is not None:
+        try:
+            prefix = find_vllm(profile.launcher.vllm_bin, environ).parent.parent
+        except LauncherError:
+            prefix = None
+        if prefix is not None:
+            for packages in ("site-packages", "dist-packages"):
+                yield from sorted(prefix.glob(f"lib/python3*/{packages}/torch/version.py"))
+    try:
+        spec = importlib.util.find_spec("torch")  # finds without importing (seconds, and CUDA init)
+    except (ImportError, ValueError):
+        spec = None
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        yield Path(location) / "version.py"
+
+
+def _available_memory() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except (ImportError, OSError):
+        return None
+
+
+def leftovers(state_pids: Sequence[int], *, process_iter: ProcessIter | None = None,
+              uid: int | None = None, own_pid: int | None = None) -> tuple[LocalProcess, ...]:
+    """Our processes that outlived their launcher: those in our state, and orphaned `VLLM::` ones.
+
+    vLLM renames its processes (`VLLM::EngineCore`, `VLLM::Worker_TP0`); one whose parent is
+    gone (re-parented to init, or to us as subreaper) belongs to no running `vllm serve`. A
+    `VLLM::` process with a live parent is someone's running server, maybe another profile's,
+    and is not a leftover. Only this user's processes are considered.
+    """
+    try:
+        import psutil
+    except ImportError:
+        return ()
+    process_iter = process_iter or psutil.process_iter
+    uid = os.getuid() if uid is None else uid
+    own_pid = os.getpid() if own_pid is None else own_pid
+    found: dict[int, LocalProcess] = {}
+    vllm: dict[int, tuple[str, int]] = {}  # pid → (name, ppid)
+    alive: set[int] = set()
+    try:
+        for proc in process_iter(["pid", "name", "ppid", "uids", "status"]):
+            info = proc.info
+            if info.get("status") == "zombie":
+                continue
+            alive.add(info["pid"])
+            uids = info.get("uids")
+            if uids is None or uids.real != uid or info["pid"] == own_pid:
+                continue
+            name = info.get("name") or ""
+            if info["pid"] in state_pids:
+                found[info["pid"]] = LocalProcess(info["pid"], name, "recorded in state")
+            if name.startswith("VLLM::"):
+                vllm[info["pid"]] = (name, info.get("ppid") or 0)
+    except (OSError, psutil.Error):
+        return tuple(found.values())
+    orphans = {pid for pid, (_, ppid) in vllm.items() if ppid in (0, 1, own_pid) or ppid not in alive}
+    grew = True
+    while grew:  # workers of an orphaned EngineCore are leftovers too
+        more = {pid for pid, (_, ppid) in vllm.items() if ppid in orphans and pid not in orphans}
+        orphans |= more
+        grew = bool(more)
+    for pid in sorted(orphans):
+        found.setdefault(pid, LocalProcess(pid, vllm[pid][0], "orphaned VLLM:: process"))
+    return tuple(sorted(found.values(), key=lambda p: p.pid))

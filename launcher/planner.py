@@ -1,0 +1,244 @@
+"""`vllm-launch plan`: put profile, model, GPU, vLLM version and capacity together.
+
+This is the edge where files, the environment and probes are read; the pieces
+it calls (command.build_plan, capacity.estimate, ladder) stay pure.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from launcher import capacity, command, flags, modelinfo, vllmenv
+from launcher.capacity import CapacityInputs, CapacityPlan
+from launcher.command import Plan
+from launcher.errors import UsageError
+from launcher.gpus import GpuModel, GpuSpec
+from launcher.profile import FlagValue, Profile, load, loads, parse_max_model_len
+from launcher.units import GIB, MIB
+from launcher.versions import VersionSemantics, semantics
+
+
+@dataclass(frozen=True, slots=True)
+class PlanReport:
+    """Everything `plan` prints: the command, the capacity, the ladder and what preflight changed."""
+
+    profile: Profile
+    plan: Plan
+    capacity: CapacityPlan | None
+    gpu: GpuSpec | None
+    version: VersionSemantics
+    version_source: str
+    catalog: flags.FlagCatalog
+    model_config_source: str | None
+    changes: tuple[str, ...] = ()
+    problems: tuple[Any, ...] = ()  # preflight.Problem, when a GPU was read
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        cap = self.capacity
+        ladder = self.profile.launcher.ladder
+        data: dict[str, Any] = {
+            "profile": self.profile.source,
+            "model": self.profile.model,
+            "served_model_name": self.plan.served_model_name,
+            "vllm_version": self.version.version,
+            "vllm_version_source": self.version_source,
+            "flag_list": f"{self.catalog.source} ({self.catalog.version})",
+            "gpu": self.gpu.describe() if self.gpu else None,
+            "gpu_count": self.gpu.count if self.gpu else None,
+            "utilization": self.plan.utilization or self.version.default_utilization,
+            "kv_cache_dtype": self.plan.kv_cache_dtype,
+            "max_model_len": cap.max_model_len if cap else self.plan.max_model_len,
+            "argv": list(self.plan.argv),
+            "env_keys": sorted([*self.plan.env, *self.plan.secret_env_keys]),
+            "secret_env_keys": list(self.plan.secret_env_keys),
+            "health_url": self.plan.health_url,
+            "overrides": dict(self.plan.overrides),
+            "changes": list(self.changes),
+            "ladder": {
+                "gpu_memory_utilization": list(ladder.utilization_rungs),
+                "drop_fp8_kv_if_unsupported": ladder.drop_fp8_kv_if_unsupported,
+                "min_model_len": ladder.min_model_len,
+                "max_attempts": self.profile.launcher.max_attempts,
+            },
+            "problems": [p.to_dict() for p in self.problems],
+            "warnings": list(self.warnings) + (list(cap.warnings) if cap else []),
+        }
+        if cap is not None:
+            data.update({
+                "kv_bytes_per_token": cap.kv_bytes_per_token,
+                "kv_bytes_exact": cap.kv_bytes_exact,
+                "weights_bytes": cap.weights_bytes,
+                "weights_per_gpu_bytes": cap.weights_per_gpu_bytes,
+                "budget_bytes": cap.budget_bytes,
+                "reserve_bytes": {"activation": cap.activation_bytes, "non_torch": cap.non_torch_bytes,
+                                  "cuda_graphs": cap.cudagraph_bytes},
+                "kv_budget_bytes": cap.kv_budget_bytes,
+                "kv_tokens": cap.kv_tokens,
+                "sessions": cap.sessions,
+                "full_sessions": cap.full_sessions,
+                "verdict": cap.verdict,
+                "assumptions": list(cap.assumptions),
+            })
+        else:
+            data["verdict"] = None
+        return data
+
+
+def profile_for(profile_path: str | None, model_config: str | None, sets: Sequence[str]) -> Profile:
+    """The profile file, or a minimal one built from --model-config when no profile is given."""
+    if profile_path:
+        return load(profile_path, sets)
+    if not model_config:
+        raise UsageError("plan needs a PROFILE, or --model-config FILE to plan a bare model")
+    try:
+        config = yaml.safe_load(Path(model_config).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise UsageError(f"--model-config {model_config}: cannot read it ({exc})") from None
+    name = str(config.get("_name_or_path") or Path(model_config).stem) if isinstance(config, dict) else "model"
+    text = yaml.safe_dump({"model": name, "vllm": {"host": "127.0.0.1"}})
+    return loads(text, source=model_config, name=Path(model_config).stem, sets=sets)
+
+
+def resolve_version(requested: str | None, vllm_bin: Path | None) -> tuple[VersionSemantics, str, str | None]:
+    """(semantics, where the version came from, installed version)."""
+    installed = vllmenv.installed_version(vllm_bin) if vllm_bin is not None else None
+    if requested:
+        try:
+            return semantics(requested), "--vllm-version", installed
+        except ValueError as exc:
+            raise UsageError(f"--vllm-version: {exc}") from None
+    if installed:
+        return semantics(installed), "installed", installed
+    return semantics(None), "newest known", None
+
+
+def host_gpu(environ: Mapping[str, str]) -> GpuSpec:
+    """The CPU backend's "device": host memory (vLLM sizes its KV cache from it)."""
+    import psutil
+
+    total = psutil.virtual_memory().total
+    return GpuSpec(GpuModel("cpu", int(total / MIB), (0, 0), 1.0), 1, "host")
+
+
+def explicit_kv_bytes(profile: Profile, flags_: Mapping[str, FlagValue]) -> int | None:
+    from launcher.units import parse_size
+
+    if "kv-cache-memory-bytes" in flags_:
+        try:
+            return parse_size(flags_["kv-cache-memory-bytes"])
+        except ValueError:
+            return None
+    space = profile.env.get("VLLM_CPU_KVCACHE_SPACE") or os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+    if profile.launcher.device == "cpu" and space and space.isdigit():
+        return int(space) * GIB
+    return None
+
+
+def capacity_for(profile: Profile, plan: Plan, gpu: GpuSpec, version: VersionSemantics,
+                 files: modelinfo.ModelFiles, weights_gib: float | None) -> CapacityPlan:
+    arch = modelinfo.arch_from_config(files.config, profile.model)
+    if weights_gib is not None:
+        weights, source = int(weights_gib * GIB), "--weights-gib"
+    elif files.weights_bytes is not None:
+        weights, source = files.weights_bytes, str(files.weights_source)
+    else:
+        weights, source = modelinfo.estimate_weight_bytes(arch), "config.json arithmetic (an estimate)"
+    fl = plan.flags
+    max_len = parse_max_model_len(fl.get("max-model-len")) or arch.max_position_embeddings or 2048
+    return capacity.estimate(CapacityInputs(
+        arch=arch, weights_bytes=weights, weights_source=source, gpu=gpu, version=version,
+        utilization=plan.utilization or version.default_utilization, max_model_len=max_len,
+        kv_cache_dtype=plan.kv_cache_dtype,
+        tensor_parallel_size=int(fl.get("tensor-parallel-size", 1)),  # type: ignore[arg-type]
+        pipeline_parallel_size=int(fl.get("pipeline-parallel-size", 1)),  # type: ignore[arg-type]
+        enforce_eager=fl.get("enforce-eager") is True,
+        max_num_seqs=fl.get("max-num-seqs") if isinstance(fl.get("max-num-seqs"), int) else None,  # type: ignore[arg-type]
+        max_num_batched_tokens=fl.get("max-num-batched-tokens")  # type: ignore[arg-type]
+        if isinstance(fl.get("max-num-batched-tokens"), int) else None,
+        block_size=int(fl.get("block-size", 16)),  # type: ignore[arg-type]
+        explicit_kv_bytes=explicit_kv_bytes(profile, fl),
+    ))
+
+
+def make_plan(profile: Profile, overrides: command.Overrides, vllm_bin: str, catalog: flags.FlagCatalog) -> Plan:
+    return command.build_plan(profile, overrides, vllm_bin=vllm_bin, catalog=catalog)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRequest:
+    profile: str | None
+    sets: tuple[str, ...] = ()
+    gpu: str | None = None
+    gpu_inventory: str | None = None
+    model_config: str | None = None
+    weights_gib: float | None = None
+    vllm_version: str | None = None
+
+
+def run(request: PlanRequest, environ: Mapping[str, str] | None = None) -> PlanReport:
+    """Build the whole plan report for `vllm-launch plan`."""
+    from launcher import gpuprobe, preflight
+    from launcher.errors import ConfigError, VllmNotFound
+    from launcher.gpus import parse_gpu_spec
+
+    environ = os.environ if environ is None else environ
+    prof = profile_for(request.profile, request.model_config, request.sets)
+    try:
+        vllm_path: Path | None = vllmenv.find_vllm(prof.launcher.vllm_bin, environ)
+    except VllmNotFound:
+        vllm_path = None
+    version, version_source, installed = resolve_version(request.vllm_version, vllm_path)
+    same = installed is not None and (request.vllm_version is None
+                                      or semantics(installed).key == version.key)
+    catalog = vllmenv.catalog_for(vllm_path if same else None, installed, vllmenv.cache_dir(environ))
+    flags.check_profile_flags(prof, catalog)
+    warnings: list[str] = []
+    if catalog.source == "shipped":
+        warnings.append(f"flags checked against the list shipped for vLLM {catalog.version} (no installed vLLM found)")
+
+    inventory: gpuprobe.GpuInventory | None = None
+    simulated = False
+    if request.gpu_inventory:
+        inventory = gpuprobe.FakeProbe(request.gpu_inventory, environ).read()
+    elif request.gpu:
+        inventory, simulated = preflight.inventory_from_spec(parse_gpu_spec(request.gpu)), True
+    elif prof.launcher.device != "cpu":
+        probe = gpuprobe.detect(environ)
+        if probe is None:
+            raise UsageError("no GPU on this machine (no NVML, no nvidia-smi): pass --gpu NAME (e.g. --gpu l40s, "
+                             "\"a100-80gb x2\") or --gpu-inventory FILE to plan for one")
+        inventory = probe.read()
+
+    try:
+        # The model is looked up where vLLM will look: with the profile's env (its HF_HOME) applied.
+        files: modelinfo.ModelFiles | None = modelinfo.find_model(prof.model, request.model_config,
+                                                                  {**environ, **prof.env})
+    except ConfigError as exc:
+        files = None
+        warnings.append(f"no capacity estimate: {exc}")
+    vllm_bin = str(vllm_path) if vllm_path else (prof.launcher.vllm_bin or "vllm")
+    overrides: dict[str, FlagValue | None] = {}
+    plan = make_plan(prof, overrides, vllm_bin, catalog)
+    gpu = host_gpu(environ) if inventory is None else preflight.gpu_spec(inventory, prof.gpus_needed)
+    cap = capacity_for(prof, plan, gpu, version, files, request.weights_gib) if files and gpu else None
+    problems: tuple[Any, ...] = ()
+    changes: tuple[str, ...] = ()
+    if inventory is not None:
+        host = preflight.HostFacts.none() if simulated else preflight.host_facts(prof, environ=environ)
+        result = preflight.evaluate(prof, inventory, host=host, capacity=cap, version=version)
+        problems, changes = result.problems, result.changes
+        if result.overrides:
+            overrides.update(result.overrides)
+            plan = make_plan(prof, overrides, vllm_bin, catalog)
+            cap = capacity_for(prof, plan, gpu, version, files, request.weights_gib) if files and gpu else None
+    return PlanReport(profile=prof, plan=plan, capacity=cap, gpu=gpu, version=version,
+                      version_source=version_source, catalog=catalog,
+                      model_config_source=files.config_source if files else None, changes=changes,
+                      problems=problems, warnings=tuple(warnings))

