@@ -25,11 +25,17 @@ _SUBBYTE_KV = {"int4_per_token_head": 0.5, "nvfp4": 0.5625, "nvfp4_4over6": 0.56
                "octave_k3v3_compact": 0.375, "ultraquant_4bit": 0.5}
 
 # Reserve model (calibrated against tests/data/kv_observations; see benchmarks/kv_estimator.py).
-NON_TORCH_TP1 = GIB // 4  # cuBLAS workspace, CUDA context growth
+NON_TORCH_TP1 = GIB // 10  # cuBLAS workspace, CUDA context growth (logs show 0.02-0.07 GiB)
 NON_TORCH_MULTI = int(0.6 * GIB)  # plus NCCL and custom all-reduce buffers
-SAMPLER_COPIES = 3  # logits (fp32), probabilities, sorted copy during the sampler warm-up
+# The V1 sampler warm-up (max_num_seqs requests over the whole vocabulary: fp32 logits, softmax,
+# an int64 sort for top-p/top-k) peaks near 32 bytes per (sequence × vocabulary entry); V0's near 4.
+SAMPLER_BYTES_V1 = 32
+SAMPLER_BYTES_V0 = 4
 MOE_WORKSPACE_TOKENS = 4  # fused-MoE caches hold this many expert activations per routed token
 CUDAGRAPH_PER_LAYER = 16 * MIB  # graph memory estimate per layer (vLLM ≥ 0.20 subtracts it from the budget)
+# FP8 MoE checkpoints need more non-KV memory per GPU than their activations explain: both published
+# Qwen3-235B-A22B-FP8 logs (H100, TP4 and TP8) show ~2.35 GiB more per GPU, whatever the TP size.
+FP8_MOE_WORKSPACE = int(2.35 * GIB)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +119,8 @@ def kv_bytes_per_token(arch: ModelArch, kv_cache_dtype: str = "auto", tensor_par
     return int((layers - sliding) * per_layer + sliding * per_layer * held), False
 
 
-def activation_bytes(arch: ModelArch, batched_tokens: int, max_num_seqs: int, tensor_parallel_size: int) -> int:
+def activation_bytes(arch: ModelArch, batched_tokens: int, max_num_seqs: int, tensor_parallel_size: int,
+                     sampler_bytes: int = SAMPLER_BYTES_V1) -> int:
     """Peak torch memory of vLLM's profiling run: one batch of activations plus the sampler warm-up."""
     tp = tensor_parallel_size
     hidden = arch.hidden_size
@@ -124,7 +131,7 @@ def activation_bytes(arch: ModelArch, batched_tokens: int, max_num_seqs: int, te
         mlp = batched_tokens * 3 * arch.intermediate_size // tp
     qkv = batched_tokens * (arch.num_heads + 2 * arch.num_kv_heads) * arch.head_dim // tp
     residual = batched_tokens * 4 * hidden
-    sampler = max_num_seqs * arch.vocab_size * 4 * SAMPLER_COPIES // tp
+    sampler = max_num_seqs * arch.vocab_size * sampler_bytes
     return int((mlp + qkv + residual) * arch.dtype_bytes + sampler)
 
 
@@ -144,7 +151,11 @@ def estimate(inputs: CapacityInputs) -> CapacityPlan:
         assumptions.append("KV bytes per token are approximate (sliding-window layers or a sub-byte KV dtype)")
     weights_per_gpu = inputs.weights_bytes // (tp * pp)
     budget = int(gpu.total_bytes * inputs.utilization)
-    activation = activation_bytes(arch, batched, max_num_seqs, tp)
+    activation = activation_bytes(arch, batched, max_num_seqs, tp,
+                                  SAMPLER_BYTES_V1 if version.engine == "v1" else SAMPLER_BYTES_V0)
+    if arch.is_moe and arch.quant_method in ("fp8", "fbgemm_fp8", "w8a8_fp8"):
+        activation += FP8_MOE_WORKSPACE
+        assumptions.append("FP8 MoE workspace of 2.35 GiB per GPU (calibrated on published Qwen3-235B-A22B-FP8 logs)")
     non_torch = NON_TORCH_TP1 if tp * pp == 1 else NON_TORCH_MULTI
     graphs = 0
     if version.cudagraphs_in_budget and not inputs.enforce_eager:

@@ -54,6 +54,7 @@ GPU_TABLE: dict[str, GpuModel] = {g.name: g for g in (
     GpuModel("a10g", 23028, (8, 6), 0.981),
     GpuModel("a40", 46068, (8, 6), 0.987),
     GpuModel("rtx-a6000", 49140, (8, 6), 0.988),
+    GpuModel("rtx-a5000", 24564, (8, 6), 0.985),
     GpuModel("a100-40gb", 40960, (8, 0), 0.970),
     GpuModel("a100-80gb", 81920, (8, 0), 0.989),
     GpuModel("h100", 81559, (9, 0), 0.994),

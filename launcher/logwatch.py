@@ -135,9 +135,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("progress", "Capturing CUDA graph", r"Capturing CUDA graph", convert=lambda g: {"phase": "cuda_graphs"}),
     _sig("progress", "Graph capturing finished", r"Graph capturing finished", convert=lambda g: {"phase": "cuda_graphs"}),
     _sig("progress", "Warming up", r"Warming up", convert=lambda g: {"phase": "warmup"}),
-    _sig("progress", "ompil", r"(?:torch\.compile|Compiling a graph|[Cc]ompilation)", convert=lambda g: {"phase": "compile"}),
-    _sig("progress", "init engine", r"^init engine \(profile, create kv cache, warmup model\) took (?P<seconds>[\d.]+)",
-         convert=lambda g: {"phase": "engine_ready", "seconds": _float(g.get("seconds"))}),
+    _sig("progress", "Compil", r"Compil(?:ing|ation)", convert=lambda g: {"phase": "compile"}),
     _sig("progress", "Download", r"(?:Downloading|Download(?:ed|ing)? \S+|Fetching \d+ files)",
          convert=lambda g: {"phase": "download"}),
     # ---- readiness markers (informational: readiness itself is /health + /v1/models)
@@ -244,6 +242,19 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("failure", "hit an exception", r"EngineCore hit an exception", UNKNOWN, fatal="generic"),
 )
 
+# Failure signatures only run on lines that look troubled: every failure vLLM prints is an exception,
+# an error or critical record, or an "unexpectedly"/"failed"/"fatal" line (a WARNING only when it says
+# so). Quiet lines, most of a log, then cost a few substring checks and one fast regex: this keeps
+# classify() well above 200k lines/s on one core (benchmarks/classifier.py).
+_TROUBLE = ("rror", "RROR", "RITICAL", "xception", "failed", "unexpectedly", "fatal", "Reason:")
+_QUIET_SIGNATURES = tuple(sig for sig in SIGNATURES if sig.kind != "failure")
+# A quiet line can only carry a capacity, progress or readiness event if it holds one of these; the
+# alternatives start with rare characters, so the regex engine skips most positions of a line at once.
+_QUIET_GATE = re.compile(r"KV |Maximum concurrency|# |Model loading|Loading|LLM engine|API server version"
+                         r"|vLLM server version|\u2588|Starting|Memory profiling|Capturing|Graph capturing|Warming"
+                         r"|Compil|Download|Fetching|Application startup|Shutting down|\[shutdown\] API|Replace")
+_FAILURE_GATE = re.compile("|".join(sorted({re.escape(sig.needle) for sig in SIGNATURES if sig.kind == "failure"},
+                                           key=len, reverse=True)))
 _EXCEPTION = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt))(?:: (?P<text>.*))?$")
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -264,17 +275,36 @@ def normalize(line: str) -> tuple[str | None, str | None, str]:
 
 def classify(line: str) -> LogEvent | None:
     """The event one raw log line carries, or None for the many lines that say nothing we use."""
+    troubled = False
+    for word in _TROUBLE:
+        if word in line:
+            troubled = True
+            break
+    if _QUIET_GATE.search(line) is None and (not troubled or _FAILURE_GATE.search(line) is None):
+        return _exception(line) if troubled else None
+    normalized: tuple[str | None, str | None, str] | None = None
+    for sig in SIGNATURES if troubled else _QUIET_SIGNATURES:
+        if sig.needle not in line:  # cheap test on the raw line before any regex
+            continue
+        if normalized is None:
+            normalized = normalize(line)
+            if normalized[2].lstrip().startswith(("raise ", "File \"")):
+                return None  # source lines inside tracebacks repeat the message that follows them
+        match = sig.pattern.search(normalized[2])
+        if match:
+            values = sig.convert(match.groupdict()) if sig.convert else _EMPTY
+            return LogEvent(sig.kind, normalized[2].lstrip(), values, sig.failure, sig.reason, sig.fatal,
+                            normalized[0])
+    return _exception(line) if troubled else None
+
+
+def _exception(line: str) -> LogEvent | None:
+    """An exception line (`ValueError: …`): the root cause when no signature matched."""
+    if "Error" not in line and "Exception" not in line:
+        return None
     proc, level, message = normalize(line)
     stripped = message.lstrip()
-    if stripped.startswith(("raise ", "File \"")):
-        return None  # source lines inside tracebacks repeat the message that follows them
-    for sig in SIGNATURES:
-        if sig.needle in message:
-            match = sig.pattern.search(message)
-            if match:
-                values = sig.convert(match.groupdict()) if sig.convert else _EMPTY
-                return LogEvent(sig.kind, stripped, values, sig.failure, sig.reason, sig.fatal, proc)
-    if level in (None, "ERROR", "CRITICAL") and ("Error" in stripped or "Exception" in stripped):
+    if level in (None, "ERROR", "CRITICAL") and not stripped.startswith(("raise ", "File \"")):
         found = _EXCEPTION.match(stripped)
         if found:
             return LogEvent("exception", stripped, MappingProxyType({"type": found.group("type")}), proc=proc)

@@ -238,6 +238,11 @@ def run(request: PlanRequest, environ: Mapping[str, str] | None = None) -> PlanR
             overrides.update(result.overrides)
             plan = make_plan(prof, overrides, vllm_bin, catalog)
             cap = capacity_for(prof, plan, gpu, version, files, request.weights_gib) if files and gpu else None
+    required = prof.launcher.require.min_sessions
+    if cap is not None and required is not None and cap.sessions < required:
+        warnings.append(f"the estimate gives {cap.sessions:.2f} sessions of {cap.max_model_len:,}, below "
+                        f"launcher.require.min_sessions {required:g}: `up` would fail the capacity gate "
+                        "(kv_insufficient) unless the live numbers are better")
     return PlanReport(profile=prof, plan=plan, capacity=cap, gpu=gpu, version=version,
                       version_source=version_source, catalog=catalog,
                       model_config_source=files.config_source if files else None, changes=changes,

@@ -45,6 +45,9 @@ def plan_text(report: PlanReport) -> str:
                          f"({cap.sessions:.2f}x concurrency)"),
             ("verdict", cap.verdict),
         ]
+        if p.launcher.require.min_sessions is not None:
+            met = "met" if cap.sessions >= p.launcher.require.min_sessions else "NOT met"
+            rows.append(("require", f"min_sessions {p.launcher.require.min_sessions:g}: {met}"))
     lines.append(_rows(rows))
     if report.changes:
         lines.append("Preflight changed:")
