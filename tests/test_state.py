@@ -1,0 +1,79 @@
+"""State files: atomic and private, locks that name their holder, last-known-good records."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher import state
+from launcher.errors import EX_CONFIG, LockHeld
+
+
+class TestStateFiles:
+    def test_state_json_is_private_and_complete(self, tmp_path: Path) -> None:
+        """state.json is written whole, mode 0600."""
+        store = state.StateStore(tmp_path / "p")
+        store.update(phase="starting", attempt=1)
+        store.record_decision(attempt=1, change="max-model-len 32768 → 8064", reason="kv_insufficient")
+        data = json.loads(store.path.read_text())
+        assert ("starting", 1) == (data["phase"], data["attempt"])
+        assert "max-model-len 32768 → 8064" == data["decisions"][0]["change"]
+        assert 0o600 == stat.S_IMODE(store.path.stat().st_mode)
+        assert [] == [p.name for p in store.path.parent.iterdir() if p.name.startswith(".")]
+
+    @pytest.mark.parametrize(("environ", "expected"), [
+        ({"VLLM_LAUNCH_STATE_DIR": "/x", "STATE_DIRECTORY": "/y"}, "/x"),
+        ({"STATE_DIRECTORY": "/var/lib/vllm-launch:/other"}, "/var/lib/vllm-launch"),
+        ({"XDG_STATE_HOME": "/home/u/.local/state"}, "/home/u/.local/state/vllm-launch"),
+    ])
+    def test_state_root(self, environ: dict[str, str], expected: str) -> None:
+        assert Path(expected) == state.state_root(environ)
+
+
+class TestLocks:
+    def test_second_holder_is_told_the_first_pid(self, tmp_path: Path) -> None:
+        """Another process holding the lock makes acquire fail with 78 and that process's PID."""
+        path = tmp_path / "lock"
+        root = str(Path(__file__).resolve().parents[1])
+        code = (f"import sys, time, pathlib; sys.path.insert(0, {root!r}); from launcher import state; "
+                f"lock = state.acquire_lock(pathlib.Path({str(path)!r}), 'x', 'y'); print('held', flush=True); "
+                "time.sleep(30)")
+        holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout is not None and "held" == holder.stdout.readline().strip()
+            with pytest.raises(LockHeld) as caught:
+                state.acquire_lock(path, "profile qwen3", "stop it with `vllm-launch down qwen3`")
+            assert EX_CONFIG == caught.value.exit_code
+            assert f"PID {holder.pid}" in str(caught.value)
+        finally:
+            holder.kill()
+            holder.wait()
+        lock = state.acquire_lock(path, "profile qwen3", "fix")  # free again once the holder is gone
+        assert str(os.getpid()) == path.read_text()
+        state.release_lock(lock)
+
+
+class TestLastKnownGood:
+    def test_records_are_keyed_by_profile_gpu_driver_and_version(self, tmp_path: Path) -> None:
+        key = state.lkg_key("abc", "NVIDIA L40S", 1, "570.1", "0.11.0")
+        state.save_lkg(tmp_path, key, {"overrides": {"gpu-memory-utilization": 0.88}})
+        record = state.load_lkg(tmp_path, key)
+        assert record is not None and {"gpu-memory-utilization": 0.88} == record["overrides"]
+        assert state.load_lkg(tmp_path, state.lkg_key("abc", "NVIDIA L40S", 1, "570.1", "0.12.0")) is None
+
+
+class TestCommands:
+    def test_status_without_state(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        assert 0 == state.status_command("qwen3", environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
+        assert "no state for qwen3" in capsys.readouterr().out
+
+    def test_down_when_not_running(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        state.StateStore(tmp_path / "qwen3").update(pid=2**22 + 12345, phase="serving")
+        assert 0 == state.down_command("qwen3", environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
+        assert "not running" in capsys.readouterr().out

@@ -1,0 +1,85 @@
+"""The child process: log rotation, the output pump, stopping a whole tree (real processes)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from launcher import command, profile, supervisor
+from tests.integration.harness import poll_for
+
+TREE = """
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)           # like vLLM during engine start-up
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])                          # in the group
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)  # escaped it
+print("KV cache ok", flush=True)
+print("(EngineCore pid=1) ERROR 11-29 15:43:46 [core.py:1] ValueError: No available memory for the cache blocks.",
+      flush=True)
+time.sleep(60)
+"""
+
+
+def plan_for(argv: list[str]) -> command.Plan:
+    p = profile.loads("model: /m\nvllm: {host: 127.0.0.1}\n")
+    plan = command.build_plan(p)
+    return command.Plan(tuple(argv), plan.env, (), plan.flags, plan.overrides, plan.base_url,
+                        plan.served_model_name, 30.0, 30.0, 1.0)
+
+
+class TestRotatingFile:
+    def test_rotates_at_the_cap(self, tmp_path: Path) -> None:
+        """Past max_bytes the log moves to .1, older ones shift, at most `backups` are kept."""
+        sink = supervisor.RotatingFile(tmp_path / "vllm.log", max_bytes=100, backups=2)
+        for i in range(30):
+            sink.write(f"line {i:02d} " + "x" * 10)
+        sink.close()
+        names = sorted(p.name for p in tmp_path.iterdir())
+        assert ["vllm.log", "vllm.log.1", "vllm.log.2"] == names
+        assert (tmp_path / "vllm.log").stat().st_size <= 100
+        assert "line 29" in (tmp_path / "vllm.log").read_text()
+
+
+class TestChild:
+    def test_fatal_line_decides_and_the_whole_tree_is_stopped(self, tmp_path: Path) -> None:
+        """A child that ignores SIGTERM and has a grandchild outside its group is still stopped completely."""
+        sink = supervisor.RotatingFile(tmp_path / "vllm.log", 10**6, 1)
+        child = supervisor.spawn(plan_for([sys.executable, "-c", TREE]), attempt=1, secrets={"VLLM_API_KEY": "k"},
+                                 sink=sink, echo=False)
+        check = supervisor.ReadyCheck(health=lambda: False, models=lambda: (False, "", None))
+        events: list[str] = []
+        outcome = supervisor.wait_ready(child, threading.Event(), check, on_event=lambda e: events.append(e.kind))
+        assert ("failed", "no_cache_blocks") == (outcome.kind, outcome.diagnosis.cls)
+        poll_for(lambda: len(psutil.Process(child.pid).children(recursive=True)) >= 2, 10, "the grandchildren")
+        child.remember_descendants()
+        tree = dict(child.known)
+        assert 3 <= len(tree)
+        started = time.monotonic()
+        report = supervisor.stop_tree(child, grace_s=0.5)
+        assert time.monotonic() - started < 10
+        assert () == report.leftovers
+        for pid in tree:
+            assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        sink.close()
+        assert "No available memory" in (tmp_path / "vllm.log").read_text()
+
+    def test_environment_strips_systemd_and_adds_secrets(self) -> None:
+        """vLLM never sees NOTIFY_SOCKET/WATCHDOG_*; it gets the plan's env and the secrets."""
+        env = supervisor.child_environment(plan_for(["x"]), {"VLLM_API_KEY": "k"},
+                                           {"NOTIFY_SOCKET": "@s", "WATCHDOG_USEC": "1", "PATH": "/bin"})
+        assert {"PATH": "/bin", "PYTHONUNBUFFERED": "1", "VLLM_API_KEY": "k"} == env
+
+    def test_reap_orphans_leaves_the_tracked_child_to_popen(self) -> None:
+        """Reaping adopted zombies must not steal the exit status of vLLM's own process."""
+        tracked = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+        stray = subprocess.Popen([sys.executable, "-c", "pass"])
+        poll_for(lambda: psutil.Process(stray.pid).status() == psutil.STATUS_ZOMBIE, 10, "the stray to exit")
+        poll_for(lambda: psutil.Process(tracked.pid).status() == psutil.STATUS_ZOMBIE, 10, "the child to exit")
+        reaped = supervisor.reap_orphans(tracked)
+        assert stray.pid in reaped
+        assert 3 == tracked.wait()
