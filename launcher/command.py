@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from launcher.flags import FlagCatalog
-from launcher.profile import FlagValue, Profile, parse_max_model_len
+from launcher.profile import FlagValue, FlagViews, Profile
 
 Overrides = Mapping[str, FlagValue | None]  # flag → new value; None removes the flag
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class Plan(FlagViews):
     """Exactly what gets exec'd for one attempt, and how to tell that it is ready."""
 
     argv: tuple[str, ...]
@@ -41,18 +41,8 @@ class Plan:
     def models_url(self) -> str:
         return f"{self.base_url}/v1/models"
 
-    @property
-    def max_model_len(self) -> int | None:
-        return parse_max_model_len(self.flags.get("max-model-len"))
-
-    @property
-    def utilization(self) -> float | None:
-        value = self.flags.get("gpu-memory-utilization")
-        return float(value) if value is not None else None  # type: ignore[arg-type]
-
-    @property
-    def kv_cache_dtype(self) -> str:
-        return str(self.flags.get("kv-cache-dtype", "auto"))
+    def _flags(self) -> Mapping[str, FlagValue]:
+        return self.flags
 
     def describe_overrides(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.overrides.items()) or "as written"

@@ -115,8 +115,41 @@ class LauncherSettings:
     health: HealthPolicy
 
 
+class FlagViews:
+    """Typed views of the vLLM flags the launcher reasons about, shared by Profile and Plan."""
+
+    __slots__ = ()
+
+    def _flags(self) -> Mapping[str, FlagValue]:
+        raise NotImplementedError
+
+    @property
+    def utilization(self) -> float | None:
+        value = self._flags().get("gpu-memory-utilization")
+        return float(value) if isinstance(value, int | float) else None
+
+    @property
+    def kv_cache_dtype(self) -> str:
+        return str(self._flags().get("kv-cache-dtype", "auto"))
+
+    @property
+    def max_model_len(self) -> int | None:
+        """The requested context; None when unset or `auto` (vLLM then derives it)."""
+        return parse_max_model_len(self._flags().get("max-model-len"))
+
+    @property
+    def tensor_parallel_size(self) -> int:
+        value = self._flags().get("tensor-parallel-size", 1)
+        return value if isinstance(value, int) else 1
+
+    @property
+    def pipeline_parallel_size(self) -> int:
+        value = self._flags().get("pipeline-parallel-size", 1)
+        return value if isinstance(value, int) else 1
+
+
 @dataclass(frozen=True, slots=True)
-class Profile:
+class Profile(FlagViews):
     """One served model: the `vllm serve` flags as written plus the launcher's own settings."""
 
     source: str
@@ -160,27 +193,8 @@ class Profile:
             return str(value[0])
         return str(value) if value is not None else self.model
 
-    @property
-    def utilization(self) -> float | None:
-        value = self.vllm.get("gpu-memory-utilization")
-        return float(value) if value is not None else None  # type: ignore[arg-type]
-
-    @property
-    def kv_cache_dtype(self) -> str:
-        return str(self.vllm.get("kv-cache-dtype", "auto"))
-
-    @property
-    def max_model_len(self) -> int | None:
-        """The requested context; None when unset or `auto` (vLLM then derives it)."""
-        return parse_max_model_len(self.vllm.get("max-model-len"))
-
-    @property
-    def tensor_parallel_size(self) -> int:
-        return int(self.vllm.get("tensor-parallel-size", 1))  # type: ignore[arg-type]
-
-    @property
-    def pipeline_parallel_size(self) -> int:
-        return int(self.vllm.get("pipeline-parallel-size", 1))  # type: ignore[arg-type]
+    def _flags(self) -> Mapping[str, FlagValue]:
+        return self.vllm
 
     @property
     def gpus_needed(self) -> int:

@@ -1,0 +1,35 @@
+"""The shipped systemd unit: what it must say, and systemd's own verdict where systemd-analyze exists."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+UNIT = ROOT / "systemd" / "vllm-launch@.service"
+
+
+def test_unit_declares_the_contract() -> None:
+    """Type=notify, 78 never restarted, the supervisor stops vLLM itself, secrets as credentials."""
+    text = UNIT.read_text()
+    for line in ("Type=notify", "NotifyAccess=main", "RestartPreventExitStatus=78", "KillMode=mixed",
+                 "ExecStart=/opt/vllm-launch/venv/bin/vllm-launch up /etc/vllm-launch/%i.yaml", "WatchdogSec=",
+                 "LoadCredential=api_key:"):
+        assert line in text
+    assert "Environment=VLLM_API_KEY" not in text
+    assert not [line for line in text.splitlines() if "=" in line and " #" in line.split("=", 1)[1]], \
+        "systemd has no trailing comments"
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_systemd_analyze_verify_is_clean(tmp_path: Path) -> None:
+    """`systemd-analyze verify` prints nothing: unknown keys and bad values only warn, so any output fails."""
+    unit = tmp_path / "vllm-launch@.service"
+    unit.write_text(UNIT.read_text().replace("/opt/vllm-launch/venv/bin/vllm-launch", "/bin/true"))
+    done = subprocess.run(["systemd-analyze", "verify", "vllm-launch@qwen3.service"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (0, "") == (done.returncode, done.stderr.strip())
