@@ -99,6 +99,9 @@ def kv_bytes_per_token(arch: ModelArch, kv_cache_dtype: str = "auto", tensor_par
                        max_num_batched_tokens: int = 2048) -> tuple[int, bool]:
     """Per-GPU KV bytes per token of context, and whether that is exact.
 
+    Hybrid models count only their attention layers (Mamba/linear layers keep a constant state
+    per request, left out: approximate).
+
     Full attention: 2 × layers × max(1, kv_heads / TP) × head_dim × dtype bytes.
     MLA: one latent of kv_lora_rank + rope dims per layer, not sharded by TP.
     Sliding-window layers hold at most window − 1 + batched tokens per request: their
@@ -106,7 +109,9 @@ def kv_bytes_per_token(arch: ModelArch, kv_cache_dtype: str = "auto", tensor_par
     """
     dtype_bytes = kv_dtype_bytes(kv_cache_dtype, arch)
     exact = kv_cache_dtype == "auto" or dtype_bytes in (1.0, 2.0)
-    layers = math.ceil(arch.num_layers / pipeline_parallel_size)
+    layers = math.ceil((arch.num_layers - arch.stateful_layers) / pipeline_parallel_size)
+    if arch.stateful_layers:
+        exact = False
     if arch.is_mla:
         per_layer = 656.0 if kv_cache_dtype == "fp8_ds_mla" else (arch.kv_lora_rank + arch.qk_rope_head_dim) * dtype_bytes
         return int(layers * per_layer), exact

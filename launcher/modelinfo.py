@@ -50,6 +50,9 @@ class ModelArch:
     q_lora_rank: int = 0
     sliding_window: int | None = None
     sliding_layers: int = 0  # layers that use the sliding window (hybrid models)
+    # Layers without a growing KV cache (Mamba, linear attention): hybrid models such as Jamba or
+    # Qwen3-Next keep a constant state per request there, which the estimate leaves out (flagged).
+    stateful_layers: int = 0
     quant_method: str | None = None
     weight_bits: float = 16.0  # of the quantized linear layers
 
@@ -79,9 +82,11 @@ def arch_from_config(config: Mapping[str, Any], name: str = "model") -> ModelArc
     experts = int(config.get("num_experts") or config.get("num_local_experts") or config.get("n_routed_experts") or 0)
     moe_inter = int(config.get("moe_intermediate_size") or (config.get("intermediate_size") if experts else 0) or 0)
     window = config.get("sliding_window") if config.get("use_sliding_window", True) is not False else None
-    sliding_layers = 0
-    if isinstance(config.get("layer_types"), list):
-        sliding_layers = sum(1 for t in config["layer_types"] if "sliding" in str(t))
+    sliding_layers = stateful = 0
+    kinds = config.get("layer_types") or config.get("layers_block_type")
+    if isinstance(kinds, list):
+        sliding_layers = sum(1 for t in kinds if "sliding" in str(t))
+        stateful = sum(1 for t in kinds if any(w in str(t).lower() for w in ("mamba", "linear", "ssm", "recurrent")))
     elif window:
         pattern = config.get("sliding_window_pattern")
         sliding_layers = layers - layers // int(pattern) if pattern else layers
@@ -101,7 +106,7 @@ def arch_from_config(config: Mapping[str, Any], name: str = "model") -> ModelArc
         kv_lora_rank=int(config.get("kv_lora_rank") or 0), qk_rope_head_dim=int(config.get("qk_rope_head_dim") or 0),
         qk_nope_head_dim=int(config.get("qk_nope_head_dim") or 0), v_head_dim=int(config.get("v_head_dim") or 0),
         q_lora_rank=int(config.get("q_lora_rank") or 0),
-        sliding_window=int(window) if window else None, sliding_layers=sliding_layers,
+        sliding_window=int(window) if window else None, sliding_layers=sliding_layers, stateful_layers=stateful,
         quant_method=method, weight_bits=bits,
     )
 

@@ -172,3 +172,11 @@ class TestPlanCommand:
     def test_unknown_gpu_is_a_usage_error(self, capsys: pytest.CaptureFixture[str], no_installed_vllm: None) -> None:
         assert 2 == main(["plan", "configs/qwen3.yaml", "--gpu", "gtx1080"])
         assert "unknown GPU" in capsys.readouterr().err
+
+
+def test_hybrid_models_count_attention_layers_only() -> None:
+    """Mamba/linear-attention layers hold no per-token KV: only attention layers count, flagged approximate."""
+    arch = modelinfo.arch_from_config({"hidden_size": 4096, "num_hidden_layers": 8, "num_attention_heads": 32,
+                                       "num_key_value_heads": 8, "head_dim": 128,
+                                       "layers_block_type": ["mamba"] * 7 + ["attention"]})
+    assert (2 * 1 * 8 * 128 * 2, False) == capacity.kv_bytes_per_token(arch)
