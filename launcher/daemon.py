@@ -149,7 +149,8 @@ class Daemon:
         self.lkg_key = state.lkg_key(prof.digest, *gpu_id, self.version.version)
         record = state.load_lkg(directory, self.lkg_key)
         if record is not None:
-            start = dict(record.get("overrides") or {})
+            # Today's GPU state (preflight: memory held by others, no FP8) still wins over the record.
+            start = {**dict(record.get("overrides") or {}), **start}
             log.info("ladder.start_from_last_known_good", overrides=start, kv_tokens=record.get("kv_tokens"))
             self.store.record_decision(attempt=0, **{"class": "last_known_good"}, change=_describe(start),
                                        reason="this rung reached READY before on this GPU and vLLM version")
@@ -320,6 +321,9 @@ class Daemon:
             completion=(lambda: _completion(plan, api_key)) if prof.launcher.health.completion_probe else None)
         outcome = supervisor.wait_ready(child, self.stop, check, on_event=self._on_event,
                                         tick=lambda: self._tick(child))
+        if outcome.kind == "stopped":
+            record.outcome = "stopped"
+            return outcome  # _shutdown stops the child (start-up grace) and reports its exit and leftovers
         if outcome.kind == "ready":
             gated = self._capacity_gate(outcome, plan)
             if gated is None:
@@ -327,16 +331,13 @@ class Daemon:
                 self._ready(child, plan, outcome, overrides)
                 return outcome
             outcome = gated
-        report = self._stop_child(supervisor.FAILED_ATTEMPT_GRACE_S if outcome.kind != "stopped"
-                                  else self._grace_for_stop())
-        returncode = report.returncode if report else None
+        report = self._stop_child(supervisor.FAILED_ATTEMPT_GRACE_S)
         record.outcome, record.cls, record.detail = outcome.kind, outcome.diagnosis.cls, outcome.detail
-        if outcome.kind != "stopped":
-            d = outcome.diagnosis
-            log.warning("attempt.failed", attempt=number, outcome=outcome.kind, failure=d.cls, reason=d.reason,
-                        root_cause=d.root_cause, detail=outcome.detail, returncode=returncode,
-                        numbers=dict(d.numbers), tail=list(outcome.tail[-8:]) if d.cls == "unknown" else None)
-            self.notify(STATUS=f"attempt {number} failed: {d.cls}")
+        d = outcome.diagnosis
+        log.warning("attempt.failed", attempt=number, outcome=outcome.kind, failure=d.cls, reason=d.reason,
+                    root_cause=d.root_cause, detail=outcome.detail, returncode=report.returncode if report else None,
+                    numbers=dict(d.numbers), tail=list(outcome.tail[-8:]) if d.cls == "unknown" else None)
+        self.notify(STATUS=f"attempt {number} failed: {d.cls}")
         return outcome
 
     def _capacity_gate(self, outcome: supervisor.Outcome, plan: command.Plan) -> supervisor.Outcome | None:

