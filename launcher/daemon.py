@@ -194,8 +194,7 @@ class Daemon:
             inventory = gpuprobe.GpuInventory(source="host")
             gpu_id: tuple[str, int, str | None] = ("cpu", 1, None)
         else:
-            probe = gpuprobe.FakeProbe(self.inventory_path, self.environ) if self.inventory_path \
-                else gpuprobe.detect(self.environ)
+            probe = self._probe()
             inventory = probe.read() if probe is not None else gpuprobe.GpuInventory(
                 source="none", error="no NVIDIA driver or GPU found (no NVML, no nvidia-smi)")
             devices = inventory.visible_devices
@@ -215,8 +214,7 @@ class Daemon:
             # Orphaned VLLM:: processes of ours hold memory: stop them, then read the GPU again.
             log.warning("preflight.leftovers", processes=[f"{p.pid} {p.name} ({p.why})" for p in host.leftovers],
                         action="stopping them")
-            stuck = supervisor.kill_processes(supervisor.leftover_vllm_processes(
-                {p.pid: _create_time(p.pid) for p in host.leftovers}))
+            stuck = supervisor.kill_processes(supervisor.live_processes(p.pid for p in host.leftovers))
             if stuck:
                 raise PreflightError(f"leftover processes cannot be stopped: {', '.join(stuck)} (a process stuck in "
                                      "the GPU driver needs a reboot)")
@@ -499,12 +497,17 @@ class Daemon:
                  leftovers=list(report.leftovers) if report else [])
         return EX_OK
 
+    def _probe(self) -> gpuprobe.GpuProbe | None:
+        """The inventory file given with --gpu-inventory, else NVML or nvidia-smi (None: no GPU)."""
+        if self.inventory_path:
+            return gpuprobe.FakeProbe(self.inventory_path, self.environ)
+        return gpuprobe.detect(self.environ)
+
     def _free_fraction(self) -> float | None:
         """Free memory of the fullest visible GPU, re-read before a ladder decision."""
         if self.profile.launcher.device == "cpu":
             return None
-        probe = gpuprobe.FakeProbe(self.inventory_path, self.environ) if self.inventory_path \
-            else gpuprobe.detect(self.environ)
+        probe = self._probe()
         if probe is None:
             return None
         devices = probe.read().visible_devices
@@ -518,15 +521,6 @@ class Daemon:
 
     def notify(self, **fields: str | int) -> None:
         sdnotify.notify(fields, self.environ)
-
-
-def _create_time(pid: int) -> float:
-    import psutil
-
-    try:
-        return float(psutil.Process(pid).create_time())
-    except psutil.Error:
-        return 0.0
 
 
 def _describe(overrides: Mapping[str, Any]) -> str:

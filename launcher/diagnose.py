@@ -113,12 +113,11 @@ class Diagnoser:
             self.generic, self.generic_line = event, self.lines
 
     def diagnosis(self) -> Diagnosis:
-        numbers = self._derived_numbers()
+        # The failure's own numbers (its max_model_len, free memory) win over earlier capacity lines.
+        numbers = self._derived_numbers({**self.numbers, **(self.failure.values if self.failure else {})})
         state = "stopped" if self.shutting_down else "serving" if self.serving else "starting"
         if self.failure is not None:
             event = self.failure
-            numbers.update(event.values)
-            numbers = self._derived_numbers(numbers)
             return Diagnosis(event.failure or UNKNOWN, event.reason, event.message, MappingProxyType(numbers),
                              state, self.failure_line)
         if self.generic is not None:
@@ -127,8 +126,7 @@ class Diagnoser:
             return Diagnosis(cls, None, cause.message, MappingProxyType(numbers), state, self.generic_line)
         return Diagnosis(OK, None, None, MappingProxyType(numbers), state, None)
 
-    def _derived_numbers(self, numbers: dict[str, Any] | None = None) -> dict[str, Any]:
-        numbers = dict(self.numbers if numbers is None else numbers)
+    def _derived_numbers(self, numbers: dict[str, Any]) -> dict[str, Any]:
         if "model_loading_gb" in numbers:  # 0.6–0.7 print GiB labelled "GB"
             numbers.setdefault("model_loading_gib", numbers.pop("model_loading_gb"))
         if "kv_tokens" not in numbers and "gpu_blocks" in numbers:

@@ -19,7 +19,7 @@ from launcher.capacity import CapacityInputs, CapacityPlan
 from launcher.command import Plan
 from launcher.errors import UsageError
 from launcher.gpus import GpuModel, GpuSpec
-from launcher.profile import FlagValue, Profile, load, loads, parse_max_model_len
+from launcher.profile import FlagValue, Profile, load, loads
 from launcher.units import GIB, MIB
 from launcher.versions import VersionSemantics, semantics
 
@@ -151,13 +151,12 @@ def capacity_for(profile: Profile, plan: Plan, gpu: GpuSpec, version: VersionSem
     else:
         weights, source = modelinfo.estimate_weight_bytes(arch), "config.json arithmetic (an estimate)"
     fl = plan.flags
-    max_len = parse_max_model_len(fl.get("max-model-len")) or arch.max_position_embeddings or 2048
+    max_len = plan.max_model_len or arch.max_position_embeddings or 2048
     return capacity.estimate(CapacityInputs(
         arch=arch, weights_bytes=weights, weights_source=source, gpu=gpu, version=version,
         utilization=plan.utilization or version.default_utilization, max_model_len=max_len,
         kv_cache_dtype=plan.kv_cache_dtype,
-        tensor_parallel_size=int(fl.get("tensor-parallel-size", 1)),  # type: ignore[arg-type]
-        pipeline_parallel_size=int(fl.get("pipeline-parallel-size", 1)),  # type: ignore[arg-type]
+        tensor_parallel_size=plan.tensor_parallel_size, pipeline_parallel_size=plan.pipeline_parallel_size,
         enforce_eager=fl.get("enforce-eager") is True,
         max_num_seqs=fl.get("max-num-seqs") if isinstance(fl.get("max-num-seqs"), int) else None,  # type: ignore[arg-type]
         max_num_batched_tokens=fl.get("max-num-batched-tokens")  # type: ignore[arg-type]
@@ -165,10 +164,6 @@ def capacity_for(profile: Profile, plan: Plan, gpu: GpuSpec, version: VersionSem
         block_size=int(fl.get("block-size", 16)),  # type: ignore[arg-type]
         explicit_kv_bytes=explicit_kv_bytes(profile, fl),
     ))
-
-
-def make_plan(profile: Profile, overrides: command.Overrides, vllm_bin: str, catalog: flags.FlagCatalog) -> Plan:
-    return command.build_plan(profile, overrides, vllm_bin=vllm_bin, catalog=catalog)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +220,7 @@ def run(request: PlanRequest, environ: Mapping[str, str] | None = None) -> PlanR
         warnings.append(f"no capacity estimate: {exc}")
     vllm_bin = str(vllm_path) if vllm_path else (prof.launcher.vllm_bin or "vllm")
     overrides: dict[str, FlagValue | None] = {}
-    plan = make_plan(prof, overrides, vllm_bin, catalog)
+    plan = command.build_plan(prof, overrides, vllm_bin=vllm_bin, catalog=catalog)
     gpu = host_gpu(environ) if inventory is None else preflight.gpu_spec(inventory, prof.gpus_needed)
     cap = capacity_for(prof, plan, gpu, version, files, request.weights_gib) if files and gpu else None
     problems: tuple[Any, ...] = ()
@@ -236,7 +231,7 @@ def run(request: PlanRequest, environ: Mapping[str, str] | None = None) -> PlanR
         problems, changes = result.problems, result.changes
         if result.overrides:
             overrides.update(result.overrides)
-            plan = make_plan(prof, overrides, vllm_bin, catalog)
+            plan = command.build_plan(prof, overrides, vllm_bin=vllm_bin, catalog=catalog)
             cap = capacity_for(prof, plan, gpu, version, files, request.weights_gib) if files and gpu else None
     required = prof.launcher.require.min_sessions
     if cap is not None and required is not None and cap.sessions < required:

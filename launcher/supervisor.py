@@ -18,7 +18,7 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -337,15 +337,8 @@ def _in_session(sid: int) -> list[psutil.Process]:
 
 
 def _remembered(known: Mapping[int, float]) -> list[psutil.Process]:
-    alive = []
-    for pid, created in known.items():
-        try:
-            proc = psutil.Process(pid)
-            if abs(proc.create_time() - created) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE:
-                alive.append(proc)
-        except psutil.Error:
-            continue
-    return alive
+    """The remembered processes still alive; a matching start time guards against PID reuse."""
+    return [proc for proc in live_processes(known) if abs(proc.create_time() - known[proc.pid]) < 0.01]
 
 
 def reap_orphans(tracked: subprocess.Popen[bytes] | None = None) -> list[int]:
@@ -410,6 +403,19 @@ def _name(proc: psutil.Process) -> str:
 def leftover_vllm_processes(own_pids: Mapping[int, float]) -> list[psutil.Process]:
     """Processes recorded in our state by an earlier run that are still alive (same pid and start time)."""
     return _remembered(own_pids)
+
+
+def live_processes(pids: Iterable[int]) -> list[psutil.Process]:
+    """The processes with these PIDs that are alive now (a zombie is not)."""
+    alive = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+        except psutil.Error:
+            continue
+    return alive
 
 
 def kill_processes(procs: list[psutil.Process], grace_s: float = 5.0) -> list[str]:
