@@ -15,8 +15,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from launcher.diagnose import Diagnoser  # noqa: E402
-from launcher.logwatch import classify  # noqa: E402
+from launcher.vllm.diagnose import Diagnoser  # noqa: E402
+from launcher.vllm.signatures import classify  # noqa: E402
 
 TARGET_LINES = 300_000
 

@@ -24,9 +24,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from launcher import capacity, gpus, modelinfo  # noqa: E402
+from launcher.gpu import catalog  # noqa: E402
+from launcher.plan import capacity, modelinfo  # noqa: E402
 from launcher.units import GIB  # noqa: E402
-from launcher.versions import semantics  # noqa: E402
+from launcher.vllm.versions import semantics  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "kv_observations"
 
@@ -51,13 +52,13 @@ def inputs(o: dict[str, Any], weights_from_log: bool) -> capacity.CapacityInputs
         weights, source = int(o["model_loading_gib"] * GIB * tp), "log"
     else:
         weights, source = modelinfo.estimate_weight_bytes(arch), "config"
-    model = gpus.lookup(o["gpu"])
+    model = catalog.lookup(o["gpu"])
     if model is None:
-        raise SystemExit(f"{o['id']}: GPU {o['gpu']!r} is not in launcher/gpus.py")
+        raise SystemExit(f"{o['id']}: GPU {o['gpu']!r} is not in launcher/catalog.py")
     version = semantics(version_of(o))
     max_len = int(o.get("max_model_len") or arch.max_position_embeddings or 4096)
     return capacity.CapacityInputs(
-        arch=arch, weights_bytes=weights, weights_source=source, gpu=gpus.GpuSpec(model, count, "table"),
+        arch=arch, weights_bytes=weights, weights_source=source, gpu=catalog.GpuSpec(model, count, "table"),
         version=version, utilization=float(o["gpu_memory_utilization"]), max_model_len=max_len,
         kv_cache_dtype=str(o.get("kv_cache_dtype") or "auto"), tensor_parallel_size=tp,
         enforce_eager=bool(o.get("enforce_eager")), max_num_seqs=o.get("max_num_seqs"),

@@ -95,7 +95,8 @@ class Env:
 def bare_argv(port: int) -> tuple[list[str], dict[str, str]]:
     """The exact argv and env the launcher's plan gives vLLM for the demo profile on this port."""
     sys.path.insert(0, str(ROOT))
-    from launcher import command, profile
+    from launcher.config import profile
+    from launcher.vllm import command
 
     prof = profile.load(PROFILE, [f"vllm.port={port}"])
     plan = command.build_plan(prof, {}, vllm_bin=str(VENV_BIN / "vllm"))

@@ -97,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from launcher import planner, render
+    from launcher.plan import render
+    from launcher.plan import report as planner
 
     report = planner.run(planner.PlanRequest(
         profile=args.profile, sets=tuple(args.sets), gpu=args.gpu, gpu_inventory=args.gpu_inventory,
@@ -111,8 +112,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from launcher import ladder, profile, render
-    from launcher.diagnose import diagnose_lines
+    from launcher.config import profile
+    from launcher.plan import render
+    from launcher.run import ladder
+    from launcher.vllm.diagnose import diagnose_lines
 
     try:
         if args.logfile == "-":
@@ -132,7 +135,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
-    from launcher import preflight
+    from launcher.plan import preflight
 
     result = preflight.run_command(args.profile, sets=tuple(args.sets), inventory_path=args.gpu_inventory)
     if args.json:
@@ -143,20 +146,20 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from launcher import daemon
+    from launcher.run import daemon
 
     return daemon.up(args.profile, sets=tuple(args.sets), inventory_path=args.gpu_inventory,
                      log_format=args.log_format)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from launcher import state
+    from launcher.run import state
 
     return state.status_command(args.profile, as_json=args.json)
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from launcher import state
+    from launcher.run import state
 
     return state.down_command(args.profile, timeout=args.timeout)
 

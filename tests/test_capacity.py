@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from launcher import capacity, modelinfo
 from launcher.cli import main
-from launcher.gpus import GPU_TABLE, GpuSpec, parse_gpu_spec
+from launcher.gpu.catalog import GPU_TABLE, GpuSpec, parse_gpu_spec
+from launcher.plan import capacity, modelinfo
 from launcher.units import GIB
-from launcher.versions import semantics
+from launcher.vllm.versions import semantics
 
 QWEN3 = modelinfo.arch_from_config(modelinfo.shipped_config("Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8") or {})
 LLAMA = modelinfo.arch_from_config(modelinfo.shipped_config("meta-llama/Llama-3.1-8B-Instruct") or {})

@@ -6,8 +6,9 @@ import shlex
 
 import pytest
 
-from launcher import command, profile
-from launcher.flags import shipped_catalog
+from launcher.config import profile
+from launcher.config.flags import shipped_catalog
+from launcher.vllm import command
 from tests.conftest import CONFIGS
 
 SEED_QWEN3 = """vllm serve Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8 \

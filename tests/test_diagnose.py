@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from launcher.cli import main
-from launcher.diagnose import Diagnoser, diagnose_lines
+from launcher.vllm.diagnose import Diagnoser, diagnose_lines
 from tests.conftest import CONSTRUCTED_LOGS, REAL_LOGS
 
 # Every real log captured with vLLM 0.32 on CPU: (file, class, reason, numbers it must report)

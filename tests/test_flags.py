@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from launcher import flags, profile, vllmenv
+from launcher.config import flags, profile
 from launcher.errors import ProfileError
+from launcher.vllm import install
 from tests.conftest import DATA
 
 HELP = (DATA / "help" / "serve_help_all-0.32.0.txt").read_text()
@@ -70,8 +71,8 @@ class TestInstalled:
             calls.append(cmd)
             return subprocess.CompletedProcess(cmd, 0, HELP, "")
 
-        first = vllmenv.installed_catalog(Path("/x/vllm"), "0.32.0+cpu", tmp_path, run)
-        second = vllmenv.installed_catalog(Path("/x/vllm"), "0.32.0+cpu", tmp_path, run)
+        first = install.installed_catalog(Path("/x/vllm"), "0.32.0+cpu", tmp_path, run)
+        second = install.installed_catalog(Path("/x/vllm"), "0.32.0+cpu", tmp_path, run)
         assert first is not None and second is not None
         assert [["/x/vllm", "serve", "--help=all"]] == calls
         assert "installed" == second.source
@@ -81,7 +82,7 @@ class TestInstalled:
         def run(cmd: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
             return subprocess.CompletedProcess(cmd, 1, "", "boom")
 
-        assert "shipped" == vllmenv.catalog_for(Path("/x/vllm"), "9.9.9", tmp_path, run).source
+        assert "shipped" == install.catalog_for(Path("/x/vllm"), "9.9.9", tmp_path, run).source
 
     def test_version_comes_from_the_executables_interpreter(self, tmp_path: Path) -> None:
         """A python-script `vllm` is asked through its own interpreter, not by importing torch."""
@@ -93,5 +94,5 @@ class TestInstalled:
             seen.append(cmd)
             return subprocess.CompletedProcess(cmd, 0, "0.32.0+cpu\n", "")
 
-        assert "0.32.0+cpu" == vllmenv.installed_version(exe, run)
+        assert "0.32.0+cpu" == install.installed_version(exe, run)
         assert "/usr/bin/python3" == seen[0][0]

@@ -13,9 +13,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from launcher import gpuprobe
 from launcher.errors import UsageError
-from launcher.gpuprobe import FakeProbe, GpuDevice, GpuInventory, GpuProcess, NvmlProbe, SmiProbe
+from launcher.gpu import inventory as gpuprobe
+from launcher.gpu.inventory import FakeProbe, GpuDevice, GpuInventory, GpuProcess, NvmlProbe, SmiProbe
 from tests.conftest import DATA
 
 MIB = 1024**2

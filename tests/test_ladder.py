@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from launcher import ladder, profile
-from launcher.diagnose import Diagnosis
-from launcher.versions import semantics
+from launcher.config import profile
+from launcher.run import ladder
+from launcher.vllm.diagnose import Diagnosis
+from launcher.vllm.versions import semantics
 
 V33 = semantics("0.33.0")
 V11 = semantics("0.11.0")

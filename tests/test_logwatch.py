@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from launcher import logwatch
+from launcher.vllm import signatures
 
 E = "\x1b"
 
@@ -131,7 +131,7 @@ class TestClassify:
     @pytest.mark.parametrize(("line", "kind", "failure", "values"), LINES)
     def test_line_becomes_event(self, line: str, kind: str, failure: str | None, values: dict[str, Any]) -> None:
         """Each signature yields its kind, class and numbers, whatever prefix the version wrote."""
-        event = logwatch.classify(line)
+        event = signatures.classify(line)
         assert event is not None
         assert (kind, failure) == (event.kind, event.failure)
         assert values == {k: event.values[k] for k in values}
@@ -139,21 +139,21 @@ class TestClassify:
     @pytest.mark.parametrize("line", QUIET)
     def test_lines_that_say_nothing_we_use(self, line: str) -> None:
         """Warnings, access logs, traceback source lines and near-misses are not events."""
-        assert logwatch.classify(line) is None
+        assert signatures.classify(line) is None
 
     def test_config_failures_carry_their_reason(self) -> None:
-        reasons = {line: logwatch.classify(line) for line, _, f, _ in LINES if f == "config"}
+        reasons = {line: signatures.classify(line) for line, _, f, _ in LINES if f == "config"}
         assert {"tool_parser", "unknown_flag", "max_model_len_above_model", "port_in_use", "gated_repo",
                 "model_not_found"} == {e.reason for e in reasons.values() if e is not None}
 
     def test_fatal_kinds(self) -> None:
         """Specific root causes end an attempt at once; generic lines wait for the root cause."""
-        specific = logwatch.classify("ValueError: No available memory for the cache blocks.")
-        generic = logwatch.classify("(EngineCore pid=1) ERROR 11-29 15:43:46 [core.py:1] EngineCore failed to start.")
+        specific = signatures.classify("ValueError: No available memory for the cache blocks.")
+        generic = signatures.classify("(EngineCore pid=1) ERROR 11-29 15:43:46 [core.py:1] EngineCore failed to start.")
         assert specific is not None and "specific" == specific.fatal
         assert generic is not None and "generic" == generic.fatal
 
     def test_normalize_strips_every_prefix(self) -> None:
-        proc, level, message = logwatch.normalize(
+        proc, level, message = signatures.normalize(
             f"vllm-1  | [rank0]: {E}[0;36m(EngineCore_DP0 pid=7){E}[0;0m ERROR 11-29 15:33:01 [core.py:708] boom\r")
         assert ("EngineCore_DP0", "ERROR", "boom") == (proc, level, message)

@@ -12,14 +12,15 @@ from typing import Any
 import pytest
 import yaml
 
-from launcher import cli, preflight
-from launcher.capacity import CapacityPlan
-from launcher.gpuprobe import FakeProbe, GpuDevice, GpuInventory
-from launcher.gpus import GPU_TABLE, GpuModel, GpuSpec, parse_gpu_spec
-from launcher.hostfacts import HostFacts, LocalProcess, host_facts, leftovers, torch_cuda
-from launcher.preflight import PreflightResult, Problem, evaluate, fitting_utilization, gpu_spec, inventory_from_spec
-from launcher.profile import Profile, loads
-from launcher.versions import semantics
+from launcher import cli
+from launcher.config.profile import Profile, loads
+from launcher.gpu.catalog import GPU_TABLE, GpuModel, GpuSpec, parse_gpu_spec
+from launcher.gpu.inventory import FakeProbe, GpuDevice, GpuInventory
+from launcher.plan import preflight
+from launcher.plan.capacity import CapacityPlan
+from launcher.plan.hostfacts import HostFacts, LocalProcess, host_facts, leftovers, torch_cuda
+from launcher.plan.preflight import PreflightResult, Problem, evaluate, fitting_utilization, gpu_spec, inventory_from_spec
+from launcher.vllm.versions import semantics
 from tests.conftest import CONFIGS, DATA
 
 GIB = 1024**3
@@ -476,7 +477,7 @@ def local_model(tmp_path: Path) -> Path:
     """A local copy of the Qwen3-Coder config with tiny weights: capacity can be computed, nothing downloads."""
     model = tmp_path / "qwen3"
     model.mkdir()
-    shutil.copy(Path(preflight.__file__).parent / "data" / "models" / f"{MODEL.split('/')[1]}.json",
+    shutil.copy(Path(preflight.__file__).parents[1] / "data" / "models" / f"{MODEL.split('/')[1]}.json",
                 model / "config.json")
     safetensors(model / "model.safetensors", 1000)
     return model

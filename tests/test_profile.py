@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher import profile
+from launcher.config import profile
 from launcher.errors import EX_CONFIG, ProfileError
 from tests.conftest import CONFIGS
 

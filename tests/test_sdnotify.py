@@ -7,7 +7,7 @@ import socket
 import uuid
 from pathlib import Path
 
-from launcher import sdnotify
+from launcher.run import sdnotify
 
 
 def receiver(address: str) -> socket.socket:

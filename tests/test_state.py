@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher import state
 from launcher.errors import EX_CONFIG, LockHeld
+from launcher.run import state
 
 
 class TestStateFiles:
@@ -41,7 +41,7 @@ class TestLocks:
         """Another process holding the lock makes acquire fail with 78 and that process's PID."""
         path = tmp_path / "lock"
         root = str(Path(__file__).resolve().parents[1])
-        code = (f"import sys, time, pathlib; sys.path.insert(0, {root!r}); from launcher import state; "
+        code = (f"import sys, time, pathlib; sys.path.insert(0, {root!r}); from launcher.run import state; "
                 f"lock = state.acquire_lock(pathlib.Path({str(path)!r}), 'x', 'y'); print('held', flush=True); "
                 "time.sleep(30)")
         holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

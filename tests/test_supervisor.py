@@ -10,7 +10,9 @@ from pathlib import Path
 
 import psutil
 
-from launcher import command, profile, supervisor
+from launcher.config import profile
+from launcher.run import supervisor
+from launcher.vllm import command
 from tests.integration.harness import poll_for
 
 TREE = """

@@ -8,8 +8,9 @@ from types import ModuleType
 
 import pytest
 
-from launcher import gpuprobe, preflight
-from launcher.gpuprobe import GpuInventory, NvmlProbe
+from launcher.gpu import inventory as gpuprobe
+from launcher.gpu.inventory import GpuInventory, NvmlProbe
+from launcher.plan import preflight
 
 pytestmark = pytest.mark.gpu
 

@@ -23,29 +23,18 @@ from typing import Any
 import structlog
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, stop_when_event_set
 
-from launcher import (
-    command,
-    flags,
-    gpuprobe,
-    health,
-    ladder,
-    logs,
-    modelinfo,
-    planner,
-    preflight,
-    profile,
-    sdnotify,
-    secrets,
-    state,
-    supervisor,
-    vllmenv,
-)
-from launcher.diagnose import Diagnosis
+from launcher.config import flags, profile, secrets
+from launcher.config.profile import FlagValue, Profile
 from launcher.errors import EX_OK, ConfigError, LadderExhausted, LauncherError, PreflightError
-from launcher.logwatch import KV_INSUFFICIENT, LogEvent
-from launcher.profile import FlagValue, Profile
+from launcher.gpu import inventory as gpuprobe
+from launcher.plan import modelinfo, preflight
+from launcher.plan import report as planner
+from launcher.run import health, ladder, logs, sdnotify, state, supervisor
 from launcher.units import format_duration
-from launcher.versions import VersionSemantics, semantics
+from launcher.vllm import command, install
+from launcher.vllm.diagnose import Diagnosis
+from launcher.vllm.signatures import KV_INSUFFICIENT, LogEvent
+from launcher.vllm.versions import VersionSemantics, semantics
 
 log = structlog.get_logger("vllm_launch")
 
@@ -136,10 +125,10 @@ class Daemon:
         prof = self.profile
         supervisor.set_child_subreaper()
         self.secrets = secrets.resolve(prof, self.environ)
-        vllm_bin = vllmenv.find_vllm(prof.launcher.vllm_bin, self.environ)
-        installed = vllmenv.installed_version(vllm_bin)
+        vllm_bin = install.find_vllm(prof.launcher.vllm_bin, self.environ)
+        installed = install.installed_version(vllm_bin)
         self.version: VersionSemantics = semantics(installed)
-        self.catalog = vllmenv.catalog_for(vllm_bin, installed, vllmenv.cache_dir(self.environ))
+        self.catalog = install.catalog_for(vllm_bin, installed, install.cache_dir(self.environ))
         flags.check_profile_flags(prof, self.catalog)
         self.vllm_bin = str(vllm_bin)
         log.info("preflight.vllm", vllm=self.vllm_bin, version=installed, flags=self.catalog.source)

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from launcher.profile import Profile
+    from launcher.config.profile import Profile
 
 SHIPPED_VERSION = "0.32.0"
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from launcher.units import GIB
 
 if TYPE_CHECKING:
-    from launcher.diagnose import Diagnosis
-    from launcher.planner import PlanReport
+    from launcher.plan.report import PlanReport
+    from launcher.vllm.diagnose import Diagnosis
 
 
 def _gib(n: int) -> str:

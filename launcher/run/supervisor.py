@@ -25,10 +25,10 @@ from typing import IO, Any
 
 import psutil
 
-from launcher import logs
-from launcher.command import CHILD_ENV, Plan
-from launcher.diagnose import Diagnoser, Diagnosis
-from launcher.logwatch import LogEvent
+from launcher.run import logs
+from launcher.vllm.command import CHILD_ENV, Plan
+from launcher.vllm.diagnose import Diagnoser, Diagnosis
+from launcher.vllm.signatures import LogEvent
 
 TAIL_LINES = 50
 # How long a generic fatal line ("EngineCore failed to start") waits for its root cause.

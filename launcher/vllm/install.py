@@ -14,8 +14,8 @@ import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from launcher.config.flags import FlagCatalog, parse_help, shipped_catalog
 from launcher.errors import VllmNotFound
-from launcher.flags import FlagCatalog, parse_help, shipped_catalog
 
 Runner = Callable[..., subprocess.CompletedProcess[str]]
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from launcher.gpus import GpuSpec
-from launcher.modelinfo import ModelArch
-from launcher.profile import FP8_KV_DTYPES
+from launcher.config.profile import FP8_KV_DTYPES
+from launcher.gpu.catalog import GpuSpec
+from launcher.plan.modelinfo import ModelArch
 from launcher.units import GIB, MIB
-from launcher.versions import VersionSemantics
+from launcher.vllm.versions import VersionSemantics
 
 # KV dtypes whose size per element is not a whole byte count; estimates are flagged as approximate.
 _SUBBYTE_KV = {"int4_per_token_head": 0.5, "nvfp4": 0.5625, "nvfp4_4over6": 0.5625, "nvfp4_ds_mla": 0.5625,

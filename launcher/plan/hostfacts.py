@@ -17,10 +17,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher import modelinfo
+from launcher.plan import modelinfo
 
 if TYPE_CHECKING:
-    from launcher.profile import Profile
+    from launcher.config.profile import Profile
 
 SHM_PATH = "/dev/shm"  # noqa: S108  (only measured, never written)
 _TORCH_CUDA = re.compile(r"^cuda\s*(?::[^=]*)?=\s*['\"](\d+\.\d+)", re.MULTILINE)
@@ -135,7 +135,7 @@ def torch_cuda(version_files: Iterable[Path]) -> str | None:
 def _torch_version_files(profile: Profile | None, environ: Mapping[str, str]) -> Iterator[Path]:
     """torch/version.py of vLLM's own environment first, then of ours; read as text, never imported."""
     from launcher.errors import LauncherError
-    from launcher.vllmenv import find_vllm
+    from launcher.vllm.install import find_vllm
 
     if profile is not None:
         try:

@@ -14,14 +14,16 @@ from typing import Any
 
 import yaml
 
-from launcher import capacity, command, flags, modelinfo, vllmenv
-from launcher.capacity import CapacityInputs, CapacityPlan
-from launcher.command import Plan
+from launcher.config import flags
+from launcher.config.profile import FlagValue, Profile, load, loads
 from launcher.errors import UsageError
-from launcher.gpus import GpuModel, GpuSpec
-from launcher.profile import FlagValue, Profile, load, loads
+from launcher.gpu.catalog import GpuModel, GpuSpec
+from launcher.plan import capacity, modelinfo
+from launcher.plan.capacity import CapacityInputs, CapacityPlan
 from launcher.units import GIB, MIB
-from launcher.versions import VersionSemantics, semantics
+from launcher.vllm import command, install
+from launcher.vllm.command import Plan
+from launcher.vllm.versions import VersionSemantics, semantics
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +110,7 @@ def profile_for(profile_path: str | None, model_config: str | None, sets: Sequen
 
 def resolve_version(requested: str | None, vllm_bin: Path | None) -> tuple[VersionSemantics, str, str | None]:
     """(semantics, where the version came from, installed version)."""
-    installed = vllmenv.installed_version(vllm_bin) if vllm_bin is not None else None
+    installed = install.installed_version(vllm_bin) if vllm_bin is not None else None
     if requested:
         try:
             return semantics(requested), "--vllm-version", installed
@@ -179,20 +181,21 @@ class PlanRequest:
 
 def run(request: PlanRequest, environ: Mapping[str, str] | None = None) -> PlanReport:
     """Build the whole plan report for `vllm-launch plan`."""
-    from launcher import gpuprobe, preflight
     from launcher.errors import ConfigError, VllmNotFound
-    from launcher.gpus import parse_gpu_spec
+    from launcher.gpu import inventory as gpuprobe
+    from launcher.gpu.catalog import parse_gpu_spec
+    from launcher.plan import preflight
 
     environ = os.environ if environ is None else environ
     prof = profile_for(request.profile, request.model_config, request.sets)
     try:
-        vllm_path: Path | None = vllmenv.find_vllm(prof.launcher.vllm_bin, environ)
+        vllm_path: Path | None = install.find_vllm(prof.launcher.vllm_bin, environ)
     except VllmNotFound:
         vllm_path = None
     version, version_source, installed = resolve_version(request.vllm_version, vllm_path)
     same = installed is not None and (request.vllm_version is None
                                       or semantics(installed).key == version.key)
-    catalog = vllmenv.catalog_for(vllm_path if same else None, installed, vllmenv.cache_dir(environ))
+    catalog = install.catalog_for(vllm_path if same else None, installed, install.cache_dir(environ))
     flags.check_profile_flags(prof, catalog)
     warnings: list[str] = []
     if catalog.source == "shipped":

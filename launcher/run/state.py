@@ -152,7 +152,7 @@ def _alive(pid: object) -> bool:
 
 
 def status_command(profile: str | None, as_json: bool = False, environ: Mapping[str, str] | None = None) -> int:
-    from launcher import health
+    from launcher.run import health
 
     reports = []
     for directory in _profile_dirs(profile, environ):

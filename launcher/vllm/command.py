@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from launcher.flags import FlagCatalog
-from launcher.profile import FlagValue, FlagViews, Profile
+from launcher.config.flags import FlagCatalog
+from launcher.config.profile import FlagValue, FlagViews, Profile
 
 Overrides = Mapping[str, FlagValue | None]  # flag → new value; None removes the flag
 

@@ -12,10 +12,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from launcher.command import Overrides, effective_flags
-from launcher.diagnose import DEFAULT_BLOCK_SIZE, Diagnosis
+from launcher.config.profile import FP8_KV_DTYPES, FlagValue, Profile, parse_max_model_len
 from launcher.errors import EX_CONFIG, EX_TEMPFAIL
-from launcher.logwatch import (
+from launcher.vllm.command import Overrides, effective_flags
+from launcher.vllm.diagnose import DEFAULT_BLOCK_SIZE, Diagnosis
+from launcher.vllm.signatures import (
     CONFIG,
     ENGINE_DEAD,
     FP8_UNSUPPORTED,
@@ -24,8 +25,7 @@ from launcher.logwatch import (
     STARTUP_MEMORY,
     UNKNOWN,
 )
-from launcher.profile import FP8_KV_DTYPES, FlagValue, Profile, parse_max_model_len
-from launcher.versions import VersionSemantics
+from launcher.vllm.versions import VersionSemantics
 
 # Memory the next utilization leaves free for the driver and other allocations on the device.
 FREE_MARGIN_GIB = 0.5
@@ -244,7 +244,7 @@ _HANDLERS = {
 
 def describe_remedy(d: Diagnosis, profile: Profile | None = None, version: VersionSemantics | None = None) -> str:
     """What the ladder would do for this diagnosis, in one line (for `diagnose`)."""
-    from launcher.versions import semantics
+    from launcher.vllm.versions import semantics
 
     if d.cls == "ok":
         return "none: no failure in this log"

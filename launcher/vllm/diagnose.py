@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from launcher import logwatch
-from launcher.logwatch import CONFIG, ENGINE_DEAD, KV_INSUFFICIENT, OK, UNKNOWN, LogEvent
+from launcher.vllm import signatures
+from launcher.vllm.signatures import CONFIG, ENGINE_DEAD, KV_INSUFFICIENT, OK, UNKNOWN, LogEvent
 
 DEFAULT_BLOCK_SIZE = 16
 
@@ -81,7 +81,7 @@ class Diagnoser:
 
     def feed(self, line: str) -> LogEvent | None:
         self.lines += 1
-        event = logwatch.classify(line)
+        event = signatures.classify(line)
         if event is not None:
             self.observe(event)
         return event

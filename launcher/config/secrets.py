@@ -7,8 +7,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from launcher.config.profile import Profile, SecretRef
 from launcher.errors import ConfigError
-from launcher.profile import Profile, SecretRef
 
 
 def _read(ref: SecretRef, key: str, environ: Mapping[str, str]) -> str:

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from launcher import gpuprobe
-from launcher.capacity import CapacityPlan
-from launcher.gpuprobe import GpuDevice, GpuInventory, GpuProbe, GpuProcess
-from launcher.gpus import GPU_TABLE, GpuModel, GpuSpec, lookup
-from launcher.hostfacts import SHM_PATH, HostFacts, LocalProcess, host_facts
-from launcher.profile import FP8_KV_DTYPES, FlagValue, Profile, load
+from launcher.config.profile import FP8_KV_DTYPES, FlagValue, Profile, load
+from launcher.gpu import inventory as gpuprobe
+from launcher.gpu.catalog import GPU_TABLE, GpuModel, GpuSpec, lookup
+from launcher.gpu.inventory import GpuDevice, GpuInventory, GpuProbe, GpuProcess
+from launcher.plan.capacity import CapacityPlan
+from launcher.plan.hostfacts import SHM_PATH, HostFacts, LocalProcess, host_facts
 from launcher.units import GIB, MIB
-from launcher.versions import VersionSemantics
+from launcher.vllm.versions import VersionSemantics
 
 __all__ = ["HostFacts", "PreflightResult", "Problem", "evaluate", "evaluate_inventory", "fitting_utilization",
            "gpu_spec", "host_facts", "inventory_from_spec", "render_text", "run_command"]
@@ -511,11 +511,13 @@ def run_command(profile_path: str | None, *, sets: Sequence[str] = (), inventory
 def _capacity(prof: Profile, inventory: GpuInventory,
               environ: Mapping[str, str]) -> tuple[VersionSemantics, CapacityPlan | None]:
     """The installed vLLM's semantics and the capacity plan, when the model's config can be found."""
-    from launcher import command, modelinfo, planner, vllmenv
     from launcher.errors import ConfigError
+    from launcher.plan import modelinfo
+    from launcher.plan import report as planner
+    from launcher.vllm import command, install
 
     try:
-        vllm_path = vllmenv.find_vllm(prof.launcher.vllm_bin, environ)
+        vllm_path = install.find_vllm(prof.launcher.vllm_bin, environ)
     except ConfigError:
         vllm_path = None
     version, _, _ = planner.resolve_version(None, vllm_path)
