@@ -95,10 +95,10 @@ class Env:
 def bare_argv(port: int) -> tuple[list[str], dict[str, str]]:
     """The exact argv and env the launcher's plan gives vLLM for the demo profile on this port."""
     sys.path.insert(0, str(ROOT))
-    from launcher.config import profile
+    from launcher.config.load import load
     from launcher.vllm import command
 
-    prof = profile.load(PROFILE, [f"vllm.port={port}"])
+    prof = load(PROFILE, [f"vllm.port={port}"])
     plan = command.build_plan(prof, {}, vllm_bin=str(VENV_BIN / "vllm"))
     return list(plan.argv), dict(plan.env)
 

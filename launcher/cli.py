@@ -98,9 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from launcher.plan import render
-    from launcher.plan import report as planner
+    from launcher.plan.report import PlanRequest, run_plan
 
-    report = planner.run(planner.PlanRequest(
+    report = run_plan(PlanRequest(
         profile=args.profile, sets=tuple(args.sets), gpu=args.gpu, gpu_inventory=args.gpu_inventory,
         model_config=args.model_config, weights_gib=args.weights_gib, vllm_version=args.vllm_version))
     if args.json:
@@ -112,7 +112,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from launcher.config import profile
+    from launcher.config.load import load
     from launcher.plan import render
     from launcher.run import ladder
     from launcher.vllm.diagnose import diagnose_lines
@@ -125,7 +125,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
                 diagnosis = diagnose_lines(handle)
     except OSError as exc:
         raise UsageError(f"cannot read {args.logfile}: {exc.strerror}") from None
-    prof = profile.load(args.profile) if args.profile else None
+    prof = load(args.profile) if args.profile else None
     remedy = ladder.describe_remedy(diagnosis, prof)
     if args.json:
         _print_json({**diagnosis.to_dict(), "remedy": remedy})
@@ -135,13 +135,14 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
-    from launcher.plan import preflight
+    from launcher.plan import render
+    from launcher.plan.report import run_preflight
 
-    result = preflight.run_command(args.profile, sets=tuple(args.sets), inventory_path=args.gpu_inventory)
+    result = run_preflight(args.profile, sets=tuple(args.sets), inventory_path=args.gpu_inventory)
     if args.json:
         _print_json(result.to_dict())
     else:
-        print(preflight.render_text(result))
+        print(render.preflight_text(result))
     return EX_CONFIG if result.blocking else EX_OK
 
 

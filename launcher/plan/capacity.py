@@ -1,6 +1,6 @@
 """How many KV-cache tokens a profile gets on a GPU, before launching anything.
 
-Pure arithmetic (DESIGN §6, catalog §5–6): per-token KV bytes exactly as vLLM
+Pure arithmetic (docs/capacity.md): per-token KV bytes exactly as vLLM
 sizes its cache; weights from safetensors or config arithmetic; a non-KV reserve
 (activation peak of the profiling batch, sampler, non-torch memory, CUDA graphs)
 from a small model calibrated on published vLLM logs (benchmarks/kv_estimator.py
@@ -10,12 +10,16 @@ prints its error). The numbers a live log reports always win over these.
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from launcher.config.profile import FP8_KV_DTYPES
+from launcher.config.profile import FP8_KV_DTYPES, FlagValue, Profile
 from launcher.gpu.catalog import GpuSpec
+from launcher.plan import modelinfo
 from launcher.plan.modelinfo import ModelArch
 from launcher.units import GIB, MIB
+from launcher.vllm.command import Plan
 from launcher.vllm.versions import VersionSemantics
 
 # KV dtypes whose size per element is not a whole byte count; estimates are flagged as approximate.
@@ -206,3 +210,42 @@ def estimate(inputs: CapacityInputs) -> CapacityPlan:
         max_model_len=inputs.max_model_len, sessions=round(sessions, 2), verdict=verdict,
         warnings=tuple(warnings), assumptions=tuple(assumptions),
     )
+
+
+def explicit_kv_bytes(profile: Profile, flags_: Mapping[str, FlagValue]) -> int | None:
+    from launcher.units import parse_size
+
+    if "kv-cache-memory-bytes" in flags_:
+        try:
+            return parse_size(flags_["kv-cache-memory-bytes"])
+        except ValueError:
+            return None
+    space = profile.env.get("VLLM_CPU_KVCACHE_SPACE") or os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+    if profile.launcher.device == "cpu" and space and space.isdigit():
+        return int(space) * GIB
+    return None
+
+
+def capacity_for(profile: Profile, plan: Plan, gpu: GpuSpec, version: VersionSemantics,
+                 files: modelinfo.ModelFiles, weights_gib: float | None) -> CapacityPlan:
+    arch = modelinfo.arch_from_config(files.config, profile.model)
+    if weights_gib is not None:
+        weights, source = int(weights_gib * GIB), "--weights-gib"
+    elif files.weights_bytes is not None:
+        weights, source = files.weights_bytes, str(files.weights_source)
+    else:
+        weights, source = modelinfo.estimate_weight_bytes(arch), "config.json arithmetic (an estimate)"
+    fl = plan.flags
+    max_len = plan.max_model_len or arch.max_position_embeddings or 2048
+    return estimate(CapacityInputs(
+        arch=arch, weights_bytes=weights, weights_source=source, gpu=gpu, version=version,
+        utilization=plan.utilization or version.default_utilization, max_model_len=max_len,
+        kv_cache_dtype=plan.kv_cache_dtype,
+        tensor_parallel_size=plan.tensor_parallel_size, pipeline_parallel_size=plan.pipeline_parallel_size,
+        enforce_eager=fl.get("enforce-eager") is True,
+        max_num_seqs=fl.get("max-num-seqs") if isinstance(fl.get("max-num-seqs"), int) else None,  # type: ignore[arg-type]
+        max_num_batched_tokens=fl.get("max-num-batched-tokens")  # type: ignore[arg-type]
+        if isinstance(fl.get("max-num-batched-tokens"), int) else None,
+        block_size=int(fl.get("block-size", 16)),  # type: ignore[arg-type]
+        explicit_kv_bytes=explicit_kv_bytes(profile, fl),
+    ))

@@ -1,7 +1,7 @@
 """A model's architecture (config.json) and weight size, found without the network.
 
 Sources, in order: `--model-config FILE`; the model directory when `model:` is a
-local path; the Hugging Face cache; the configs the launcher ships for the seeds'
+local path; the Hugging Face cache; the configs the launcher ships for its example profiles'
 models. Weights come from safetensors headers (exact) when the files are local,
 else from config arithmetic (flagged as an estimate).
 """

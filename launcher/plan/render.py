@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from launcher.units import GIB
 
 if TYPE_CHECKING:
+    from launcher.plan.problems import PreflightResult
     from launcher.plan.report import PlanReport
     from launcher.vllm.diagnose import Diagnosis
 
@@ -87,3 +88,35 @@ def diagnosis_text(d: Diagnosis, remedy: str, source: str) -> str:
         rows.append((key, f"{shown:,}" if isinstance(shown, int) and not isinstance(shown, bool) else str(shown)))
     rows.append(("remedy", remedy))
     return f"Diagnosis of {source}\n{_rows(rows)}"
+
+
+def preflight_text(result: PreflightResult) -> str:
+    """Devices, problems and changes as a readable table."""
+    inv = result.inventory
+    head = [f"GPUs ({inv.source}" + (f", driver {inv.driver_version}" if inv.driver_version else "")
+            + (f", CUDA {inv.cuda_driver_version}" if inv.cuda_driver_version else "") + ")"]
+    if inv.devices:
+        head.append(f"  {'idx':>3}  {'name':<28} {'CC':>4}  {'used':>6}  {'free':>6}  {'total':>6} GiB  processes")
+        for d in inv.devices:
+            cc = f"{d.cc[0]}.{d.cc[1]}" if d.cc else "?"
+            mark = " " if d.index in inv.visible else "-"  # not visible to vLLM
+            procs = ", ".join(f"{p.pid} {p.name or '?'}" + (f" {p.used_bytes / GIB:.2f} GiB" if p.used_bytes else "")
+                              for p in d.processes) or "-"
+            head.append(f" {mark}{d.index:>3}  {d.name[:28]:<28} {cc:>4}  {d.used_bytes / GIB:6.2f}  "
+                        f"{d.free_bytes / GIB:6.2f}  {d.total_bytes / GIB:6.2f}      {procs}")
+    head += [f"  note: {n}" for n in inv.notes]
+    lines = head
+    if result.problems:
+        lines.append("Problems:")
+        for p in result.problems:
+            lines.append(f"  {p.severity.upper():7s} {p.code}: {p.message}")
+            lines.append(f"          fix: {p.fix}")
+    if result.changes:
+        lines.append("Changes:")
+        lines += [f"  - {c}" for c in result.changes]
+    errors = sum(p.severity == "error" for p in result.problems)
+    warnings = len(result.problems) - errors
+    verdict = "BLOCKED" if result.blocking else "OK"
+    lines.append(f"preflight: {verdict} ({errors} error{'s' if errors != 1 else ''}, "
+                 f"{warnings} warning{'s' if warnings != 1 else ''})")
+    return "\n".join(lines)

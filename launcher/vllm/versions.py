@@ -1,4 +1,4 @@
-"""What changes between vLLM versions that a launcher must know (catalog §5).
+"""What changes between vLLM versions that a launcher must know (docs/vllm-logs.md, "Versions").
 
 Memory-budget semantics, defaults and log formats moved several times between
 0.6 and 0.33; capacity plans and the ladder pick their rules from here.

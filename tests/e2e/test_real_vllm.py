@@ -30,7 +30,7 @@ from tests.e2e.realvllm import (
 )
 from tests.integration.harness import free_port, poll_for
 
-STARTUP_GRACE_S = 5.0  # launcher.supervisor.STARTUP_GRACE_S: the grace while vLLM ignores SIGTERM
+STARTUP_GRACE_S = 5.0  # launcher.run.supervisor.STARTUP_GRACE_S: the grace while vLLM ignores SIGTERM
 ENGINE_INIT_LINE = "Initializing a V1 LLM engine"
 
 

@@ -8,9 +8,11 @@ from types import ModuleType
 
 import pytest
 
-from launcher.gpu import inventory as gpuprobe
-from launcher.gpu.inventory import GpuInventory, NvmlProbe
-from launcher.plan import preflight
+from launcher.gpu.detect import detect
+from launcher.gpu.inventory import GpuInventory
+from launcher.gpu.inventory_file import inventory_from_dict
+from launcher.gpu.match import gpu_spec
+from launcher.gpu.nvml import NvmlProbe
 
 pytestmark = pytest.mark.gpu
 
@@ -66,12 +68,12 @@ class TestRealNvml:
 
     def test_round_trips_through_json(self, inventory: GpuInventory) -> None:
         """The real inventory survives to_dict → JSON → from_dict."""
-        again = GpuInventory.from_dict(json.loads(json.dumps(inventory.to_dict())), environ={})
+        again = inventory_from_dict(json.loads(json.dumps(inventory.to_dict())), environ={})
         assert inventory.devices == again.devices
 
     def test_detect_and_spec(self, inventory: GpuInventory) -> None:
         """detect() picks NVML, and the inventory gives a GpuSpec with a CUDA total below NVML's."""
-        assert isinstance(gpuprobe.detect({"PATH": ""}), NvmlProbe)
-        spec = preflight.gpu_spec(inventory, 1)
+        assert isinstance(detect({"PATH": ""}), NvmlProbe)
+        spec = gpu_spec(inventory, 1)
         assert spec is not None
         assert 0 < spec.total_bytes <= inventory.devices[0].total_bytes

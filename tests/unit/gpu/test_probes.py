@@ -14,8 +14,11 @@ from typing import Any, ClassVar
 import pytest
 
 from launcher.errors import UsageError
-from launcher.gpu import inventory as gpuprobe
-from launcher.gpu.inventory import FakeProbe, GpuDevice, GpuInventory, GpuProcess, NvmlProbe, SmiProbe
+from launcher.gpu.detect import detect
+from launcher.gpu.inventory import GpuDevice, GpuInventory, GpuProcess
+from launcher.gpu.inventory_file import FakeProbe, inventory_from_dict
+from launcher.gpu.nvml import NvmlProbe
+from launcher.gpu.smi import SmiProbe
 from tests.conftest import DATA
 
 MIB = 1024**2
@@ -458,7 +461,7 @@ class TestInventoryFiles:
     def test_json_written_by_preflight_reads_back(self) -> None:
         """to_dict() output (bytes plus GiB) reads back into the same devices."""
         original = FakeProbe(INVENTORIES / "rtx4090-foreign.yaml", {}).read()
-        again = GpuInventory.from_dict(json.loads(json.dumps(original.to_dict())), environ={})
+        again = inventory_from_dict(json.loads(json.dumps(original.to_dict())), environ={})
         assert (original.devices, original.driver_version, original.cuda_driver_version) == (
             again.devices, again.driver_version, again.cuda_driver_version)
 
@@ -533,6 +536,6 @@ class TestDetect:
     def test_prefers_nvml_then_nvidia_smi(self, module: ModuleType | None, smi_on_path: bool,
                                           expected: type) -> None:
         """NVML when it initialises, else nvidia-smi when on PATH, else None; never an exception."""
-        probe = gpuprobe.detect({"PATH": "/usr/bin"}, importer=importer_of(module),
+        probe = detect({"PATH": "/usr/bin"}, importer=importer_of(module),
                                 which=lambda name, path=None: "/usr/bin/nvidia-smi" if smi_on_path else None)
         assert isinstance(probe, expected)

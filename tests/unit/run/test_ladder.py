@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from launcher.config import profile
+from launcher.config.load import loads
 from launcher.run import ladder
 from launcher.vllm.diagnose import Diagnosis
 from launcher.vllm.versions import semantics
@@ -29,7 +30,7 @@ launcher:
 
 
 def prof(text: str = BASE, **sets: Any) -> profile.Profile:
-    return profile.loads(text, sets=[f"{k}={v}" for k, v in sets.items()])
+    return loads(text, sets=[f"{k}={v}" for k, v in sets.items()])
 
 
 def diag(cls: str, reason: str | None = None, **numbers: Any) -> Diagnosis:

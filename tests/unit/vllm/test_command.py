@@ -1,4 +1,4 @@
-"""From profile to the exact `vllm serve` command: the seeds' commands, flag for flag."""
+"""From profile to the exact `vllm serve` command: the two guide commands, flag for flag."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 
 from launcher.config import profile
 from launcher.config.flags import shipped_catalog
+from launcher.config.load import load, loads
 from launcher.vllm import command
 from tests.conftest import CONFIGS
 
@@ -32,20 +33,20 @@ def without_api_key(words: list[str]) -> list[str]:
 
 
 class TestSeeds:
-    def test_qwen3_is_the_seed_command_without_api_key(self) -> None:
-        """configs/qwen3.yaml renders the first seed's command, flag for flag, minus --api-key."""
-        plan = command.build_plan(profile.load(CONFIGS / "qwen3.yaml"), catalog=shipped_catalog())
+    def test_qwen3_is_the_l40s_guide_command_without_api_key(self) -> None:
+        """configs/qwen3.yaml renders the Qwen3-Coder L40S guide command, flag for flag, minus --api-key."""
+        plan = command.build_plan(load(CONFIGS / "qwen3.yaml"), catalog=shipped_catalog())
         assert without_api_key(shlex.split(SEED_QWEN3)) == list(plan.argv)
 
-    def test_llama_is_the_seed_command_without_api_key(self) -> None:
-        """configs/llama3-8b-tp2.yaml renders the second seed's command (0.90 is written as 0.9)."""
-        plan = command.build_plan(profile.load(CONFIGS / "llama3-8b-tp2.yaml"), catalog=shipped_catalog())
+    def test_llama_is_the_tp2_guide_command_without_api_key(self) -> None:
+        """configs/llama3-8b-tp2.yaml renders the Llama-3.1 TP2 guide command (0.90 is written as 0.9)."""
+        plan = command.build_plan(load(CONFIGS / "llama3-8b-tp2.yaml"), catalog=shipped_catalog())
         expected = [w if w != "0.90" else "0.9" for w in without_api_key(shlex.split(SEED_LLAMA))]
         assert expected == list(plan.argv)
 
     def test_secrets_travel_as_environment_names_only(self) -> None:
         """The plan names VLLM_API_KEY and HF_TOKEN but holds no secret value and no --api-key."""
-        plan = command.build_plan(profile.load(CONFIGS / "llama3-8b-tp2.yaml"))
+        plan = command.build_plan(load(CONFIGS / "llama3-8b-tp2.yaml"))
         assert ("VLLM_API_KEY", "HF_TOKEN") == plan.secret_env_keys
         assert "--api-key" not in plan.argv
         assert "VLLM_API_KEY" not in plan.env
@@ -53,7 +54,7 @@ class TestSeeds:
 
 def tiny(**flags: object) -> profile.Profile:
     body = "".join(f"  {k}: {v}\n" for k, v in flags.items())
-    return profile.loads(f"model: /m\nvllm:\n  host: 127.0.0.1\n{body}")
+    return loads(f"model: /m\nvllm:\n  host: 127.0.0.1\n{body}")
 
 
 class TestRendering:
@@ -87,7 +88,7 @@ class TestRendering:
         assert url == command.base_url({"host": host, "port": 8000}) + "/health"
 
     def test_child_env_adds_unbuffered_and_profile_env(self) -> None:
-        p = profile.loads("model: /m\nvllm: {host: 127.0.0.1}\nenv: {VLLM_CPU_KVCACHE_SPACE: 1}\n")
+        p = loads("model: /m\nvllm: {host: 127.0.0.1}\nenv: {VLLM_CPU_KVCACHE_SPACE: 1}\n")
         plan = command.build_plan(p)
         assert {"PYTHONUNBUFFERED": "1", "VLLM_CPU_KVCACHE_SPACE": "1"} == dict(plan.env)
         assert "NOTIFY_SOCKET" in command.CHILD_ENV.strip

@@ -13,15 +13,20 @@ import pytest
 import yaml
 
 from launcher import cli
-from launcher.config.profile import Profile, loads
+from launcher.config.load import loads
+from launcher.config.profile import Profile
 from launcher.gpu.catalog import GPU_TABLE, GpuModel, GpuSpec, parse_gpu_spec
-from launcher.gpu.inventory import FakeProbe, GpuDevice, GpuInventory
-from launcher.plan import preflight
+from launcher.gpu.inventory import GpuDevice, GpuInventory
+from launcher.gpu.inventory_file import FakeProbe
+from launcher.gpu.match import gpu_spec, inventory_from_spec, match_gpu
 from launcher.plan.capacity import CapacityPlan
 from launcher.plan.hostfacts import HostFacts, LocalProcess, host_facts, leftovers, torch_cuda
-from launcher.plan.preflight import PreflightResult, Problem, evaluate, fitting_utilization, gpu_spec, inventory_from_spec
+from launcher.plan.preflight import evaluate, fitting_utilization
+from launcher.plan.problems import PreflightResult, Problem
+from launcher.plan.render import preflight_text
+from launcher.plan.report import run_preflight
 from launcher.vllm.versions import semantics
-from tests.conftest import CONFIGS, DATA
+from tests.conftest import CONFIGS, DATA, ROOT
 
 GIB = 1024**3
 MIB = 1024**2
@@ -32,7 +37,7 @@ L40S_CUDA_TOTAL = int(46068 * MIB * 0.987)
 
 
 def profile(flags: dict[str, Any] | None = None, ladder: dict[str, Any] | None = None, **top: Any) -> Profile:
-    """The seed's Qwen3 profile on loopback; `flags`/`ladder` change it, a None value removes a flag."""
+    """The Qwen3-Coder L40S guide profile on loopback; `flags`/`ladder` change it, a None value removes a flag."""
     vllm = {"host": "127.0.0.1", "max-model-len": 65536, "gpu-memory-utilization": 0.92, "kv-cache-dtype": "fp8"}
     vllm.update(flags or {})
     vllm = {k: v for k, v in vllm.items() if v is not None}
@@ -294,7 +299,7 @@ class TestGpuSpecs:
     ])
     def test_nvml_names_match_the_table(self, name: str, expected: str | None) -> None:
         """NVML's device names map to the --gpu table (for its CUDA-visible share)."""
-        model = preflight.match_gpu(name)
+        model = match_gpu(name)
         assert expected == (model.name if model else None)
 
     def test_spec_of_an_inventory(self) -> None:
@@ -363,7 +368,7 @@ class TestResult:
 
     def test_render_text_shows_devices_problems_and_changes(self) -> None:
         """The text names each device with its memory and processes, each problem with its fix, and the changes."""
-        text = preflight.render_text(evaluate(profile(), inventory("l40s-busy.yaml"), host=HostFacts.none(),
+        text = preflight_text(evaluate(profile(), inventory("l40s-busy.yaml"), host=HostFacts.none(),
                                               version=V32))
         for expected in ("NVIDIA L40S", "8.9", "40.53", "44.99", "5151 jupyter-lab 3.75 GiB",
                          "WARNING free_memory_low:", "fix: to start at 0.92", "Changes:",
@@ -372,7 +377,7 @@ class TestResult:
 
     def test_render_text_without_devices(self) -> None:
         """Without a driver the text still shows the error, its fix and the verdict."""
-        text = preflight.render_text(evaluate(profile(), inventory("no-driver.yaml"), host=HostFacts.none(),
+        text = preflight_text(evaluate(profile(), inventory("no-driver.yaml"), host=HostFacts.none(),
                                               version=V32))
         assert "ERROR   no_driver:" in text
         assert text.endswith("preflight: BLOCKED (1 error, 0 warnings)")
@@ -477,7 +482,7 @@ def local_model(tmp_path: Path) -> Path:
     """A local copy of the Qwen3-Coder config with tiny weights: capacity can be computed, nothing downloads."""
     model = tmp_path / "qwen3"
     model.mkdir()
-    shutil.copy(Path(preflight.__file__).parents[1] / "data" / "models" / f"{MODEL.split('/')[1]}.json",
+    shutil.copy(ROOT / "launcher" / "data" / "models" / f"{MODEL.split('/')[1]}.json",
                 model / "config.json")
     safetensors(model / "model.safetensors", 1000)
     return model
@@ -486,12 +491,12 @@ def local_model(tmp_path: Path) -> Path:
 class TestRunCommand:
     def test_no_gpu_and_no_inventory_is_a_result_not_a_traceback(self) -> None:
         """Without NVML, nvidia-smi or an inventory, the result holds the "no driver" error."""
-        result = preflight.run_command(None, environ={"PATH": ""}, probe_factory=lambda environ: None)
+        result = run_preflight(None, environ={"PATH": ""}, probe_factory=lambda environ: None)
         assert ([("no_driver", "error")], True) == (found(result), result.blocking)
 
     def test_without_a_profile_only_device_checks_run(self) -> None:
         """Without a profile: the inventory and device-level problems (here the foreign process)."""
-        result = preflight.run_command(None, inventory_path=str(INVENTORIES / "rtx4090-foreign.yaml"),
+        result = run_preflight(None, inventory_path=str(INVENTORIES / "rtx4090-foreign.yaml"),
                                        environ={"PATH": ""})
         assert [("foreign_processes", "warning")] == [c for c in found(result) if c[0] != "leftover_processes"]
 
@@ -501,7 +506,7 @@ class TestRunCommand:
         path.write_text(yaml.safe_dump({"model": str(local_model(tmp_path)),
                                         "vllm": {"host": "127.0.0.1", "kv-cache-dtype": "fp8",
                                                  "max-model-len": 65536}}))
-        result = preflight.run_command(str(path), environ={"PATH": "", "HOME": str(tmp_path)},
+        result = run_preflight(str(path), environ={"PATH": "", "HOME": str(tmp_path)},
                                        probe_factory=lambda environ: FakeProbe(INVENTORIES / "a100-80gb.yaml", environ))
         assert [("fp8_kv_unsupported", "warning")] == [c for c in found(result) if c[0] != "leftover_processes"]
         assert "~" in result.changes[0]  # the capacity plan was there to quote
@@ -532,7 +537,7 @@ class TestCommandLine:
         assert "pid 4242 python3 6.00 GiB" in out
         assert "at most gpu-memory-utilization 0.71 fits" in out
 
-    def test_preflight_json_with_the_seed_profile_blocks(self, monkeypatch: pytest.MonkeyPatch,
+    def test_preflight_json_with_the_guide_profile_blocks(self, monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
         """With configs/qwen3.yaml the 4090's free memory is an error (exit 78) whose fix gives 0.71."""
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from launcher.config import profile
+from launcher.config.load import load
 from launcher.errors import EX_CONFIG, ProfileError
 from tests.conftest import CONFIGS
 
@@ -29,7 +30,7 @@ def write(tmp_path: Path, text: str) -> Path:
 class TestLoading:
     def test_qwen3_profile_is_typed(self) -> None:
         """The shipped qwen3 profile loads with its flags in kebab case, in order."""
-        p = profile.load(CONFIGS / "qwen3.yaml")
+        p = load(CONFIGS / "qwen3.yaml")
         assert p.model == "Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8"
         assert list(p.vllm)[:3] == ["served-model-name", "max-model-len", "gpu-memory-utilization"]
         assert (65536, 0.92, "fp8", 8000) == (p.max_model_len, p.utilization, p.kv_cache_dtype, p.port)
@@ -41,12 +42,12 @@ class TestLoading:
 
     def test_snake_case_flags_become_kebab(self, tmp_path: Path) -> None:
         """`max_model_len` and `max-model-len` are the same flag."""
-        p = profile.load(write(tmp_path, GOOD))
+        p = load(write(tmp_path, GOOD))
         assert {"host": "127.0.0.1", "port": 8123, "max-model-len": 4096} == dict(p.vllm)
 
     def test_set_overrides_any_key(self, tmp_path: Path) -> None:
         """--set reaches flags, launcher keys and env, and values are typed like YAML."""
-        p = profile.load(write(tmp_path, GOOD), sets=["vllm.max-model-len=2048", "launcher.ladder.min_model_len=1024",
+        p = load(write(tmp_path, GOOD), sets=["vllm.max-model-len=2048", "launcher.ladder.min_model_len=1024",
                                                        "env.OMP_NUM_THREADS=2", "vllm.enforce-eager=true"])
         assert 2048 == p.max_model_len
         assert 1024 == p.launcher.ladder.min_model_len
@@ -55,14 +56,14 @@ class TestLoading:
 
     def test_first_rung_is_the_starting_utilization(self, tmp_path: Path) -> None:
         """With ladder rungs and no utilization flag, the first rung is passed to vLLM."""
-        p = profile.load(write(tmp_path, GOOD + "launcher:\n  ladder:\n    gpu_memory_utilization: [0.9, 0.8]\n"))
+        p = load(write(tmp_path, GOOD + "launcher:\n  ladder:\n    gpu_memory_utilization: [0.9, 0.8]\n"))
         assert 0.9 == p.utilization
 
     def test_digest_follows_content(self, tmp_path: Path) -> None:
         """Two equal profiles share a digest; a changed flag changes it."""
-        a = profile.load(write(tmp_path, GOOD))
-        b = profile.load(write(tmp_path, GOOD), sets=["vllm.port=9000"])
-        assert a.digest == profile.load(write(tmp_path, GOOD)).digest
+        a = load(write(tmp_path, GOOD))
+        b = load(write(tmp_path, GOOD), sets=["vllm.port=9000"])
+        assert a.digest == load(write(tmp_path, GOOD)).digest
         assert a.digest != b.digest
 
     @pytest.mark.parametrize(("text", "expected"), [
@@ -121,7 +122,7 @@ class TestBadInput:
         path = tmp_path / "bad.yaml"
         path.write_text(text)
         with pytest.raises(ProfileError) as caught:
-            profile.load(path)
+            load(path)
         message = str(caught.value)
         assert EX_CONFIG == caught.value.exit_code
         assert "\n" not in message
@@ -134,25 +135,25 @@ class TestBadInput:
         """The error names the line where the bad key is written."""
         path = write(tmp_path, "model: a\nvllm:\n  host: 127.0.0.1\n  gpu-memory-utilization: 2\n")
         with pytest.raises(ProfileError) as caught:
-            profile.load(path)
+            load(path)
         assert 4 == caught.value.line
         assert str(caught.value).startswith(f"{path}:4: vllm.gpu-memory-utilization:")
 
     def test_bad_set_names_the_flag(self, tmp_path: Path) -> None:
         """A bad --set value is reported against --set, not the file."""
         with pytest.raises(ProfileError) as caught:
-            profile.load(write(tmp_path, GOOD), sets=["vllm.gpu-memory-utilization=7"])
+            load(write(tmp_path, GOOD), sets=["vllm.gpu-memory-utilization=7"])
         assert str(caught.value).startswith("--set: vllm.gpu-memory-utilization:")
 
     def test_set_without_equals_is_refused(self, tmp_path: Path) -> None:
         with pytest.raises(ProfileError, match="KEY=VALUE"):
-            profile.load(write(tmp_path, GOOD), sets=["vllm.port"])
+            load(write(tmp_path, GOOD), sets=["vllm.port"])
 
     def test_missing_file(self, tmp_path: Path) -> None:
         with pytest.raises(ProfileError, match="no such profile"):
-            profile.load(tmp_path / "nope.yaml")
+            load(tmp_path / "nope.yaml")
 
     def test_allow_unauthenticated_permits_open_host(self, tmp_path: Path) -> None:
         """An explicit allow_unauthenticated: true lets a public bind go without a key."""
-        p = profile.load(write(tmp_path, "model: a\nvllm: {host: 0.0.0.0}\nallow_unauthenticated: true\n"))
+        p = load(write(tmp_path, "model: a\nvllm: {host: 0.0.0.0}\nallow_unauthenticated: true\n"))
         assert p.host == "0.0.0.0"

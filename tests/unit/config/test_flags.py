@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from launcher.config import flags, profile
+from launcher.config import flags
+from launcher.config.load import loads
+from launcher.config.profile import Profile
 from launcher.errors import ProfileError
 from launcher.vllm import install
 from tests.conftest import DATA
@@ -16,8 +18,8 @@ from tests.conftest import DATA
 HELP = (DATA / "help" / "serve_help_all-0.32.0.txt").read_text()
 
 
-def prof(extra: str) -> profile.Profile:
-    return profile.loads(f"model: /m\nvllm:\n  host: 127.0.0.1\n{extra}", source="p.yaml")
+def prof(extra: str) -> Profile:
+    return loads(f"model: /m\nvllm:\n  host: 127.0.0.1\n{extra}", source="p.yaml")
 
 
 class TestCatalog:

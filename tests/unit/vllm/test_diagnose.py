@@ -92,7 +92,7 @@ class TestLogs:
     @pytest.mark.parametrize(("name", "cls", "reason", "numbers"), CONSTRUCTED)
     def test_constructed_logs_of_other_versions(self, name: str, cls: str, reason: str | None,
                                                 numbers: dict[str, Any]) -> None:
-        """Logs built from the catalog's format strings, 0.6.6 → 0.33.0, classify the same way."""
+        """Logs built from vLLM's format strings, 0.6.6 → 0.33.0, classify the same way."""
         check(CONSTRUCTED_LOGS / name, cls, reason, numbers)
 
     def test_valid_tool_parsers_are_listed(self) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import psutil
 
-from launcher.config import profile
-from launcher.run import supervisor
+from launcher.config.load import loads
+from launcher.run import logpump, processes, readiness, supervisor
 from launcher.vllm import command
 from tests.integration.harness import poll_for
 
@@ -28,7 +28,7 @@ time.sleep(60)
 
 
 def plan_for(argv: list[str]) -> command.Plan:
-    p = profile.loads("model: /m\nvllm: {host: 127.0.0.1}\n")
+    p = loads("model: /m\nvllm: {host: 127.0.0.1}\n")
     plan = command.build_plan(p)
     return command.Plan(tuple(argv), plan.env, (), plan.flags, plan.overrides, plan.base_url,
                         plan.served_model_name, 30.0, 30.0, 1.0)
@@ -37,7 +37,7 @@ def plan_for(argv: list[str]) -> command.Plan:
 class TestRotatingFile:
     def test_rotates_at_the_cap(self, tmp_path: Path) -> None:
         """Past max_bytes the log moves to .1, older ones shift, at most `backups` are kept."""
-        sink = supervisor.RotatingFile(tmp_path / "vllm.log", max_bytes=100, backups=2)
+        sink = logpump.RotatingFile(tmp_path / "vllm.log", max_bytes=100, backups=2)
         for i in range(30):
             sink.write(f"line {i:02d} " + "x" * 10)
         sink.close()
@@ -50,12 +50,12 @@ class TestRotatingFile:
 class TestChild:
     def test_fatal_line_decides_and_the_whole_tree_is_stopped(self, tmp_path: Path) -> None:
         """A child that ignores SIGTERM and has a grandchild outside its group is still stopped completely."""
-        sink = supervisor.RotatingFile(tmp_path / "vllm.log", 10**6, 1)
+        sink = logpump.RotatingFile(tmp_path / "vllm.log", 10**6, 1)
         child = supervisor.spawn(plan_for([sys.executable, "-c", TREE]), attempt=1, secrets={"VLLM_API_KEY": "k"},
                                  sink=sink, echo=False)
-        check = supervisor.ReadyCheck(health=lambda: False, models=lambda: (False, "", None))
+        check = readiness.ReadyCheck(health=lambda: False, models=lambda: (False, "", None))
         events: list[str] = []
-        outcome = supervisor.wait_ready(child, threading.Event(), check, on_event=lambda e: events.append(e.kind))
+        outcome = readiness.wait_ready(child, threading.Event(), check, on_event=lambda e: events.append(e.kind))
         assert ("failed", "no_cache_blocks") == (outcome.kind, outcome.diagnosis.cls)
         poll_for(lambda: len(psutil.Process(child.pid).children(recursive=True)) >= 2, 10, "the grandchildren")
         child.remember_descendants()
@@ -82,6 +82,6 @@ class TestChild:
         stray = subprocess.Popen([sys.executable, "-c", "pass"])
         poll_for(lambda: psutil.Process(stray.pid).status() == psutil.STATUS_ZOMBIE, 10, "the stray to exit")
         poll_for(lambda: psutil.Process(tracked.pid).status() == psutil.STATUS_ZOMBIE, 10, "the child to exit")
-        reaped = supervisor.reap_orphans(tracked)
+        reaped = processes.reap_orphans(tracked)
         assert stray.pid in reaped
         assert 3 == tracked.wait()

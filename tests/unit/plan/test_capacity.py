@@ -1,4 +1,4 @@
-"""The capacity plan: KV bytes as vLLM sizes them, weights, budgets by version, and the seed's checkpoint."""
+"""The capacity plan: KV bytes as vLLM sizes them, weights, budgets by version, and the Qwen3-Coder L40S guide's question."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ class TestKvBytes:
 
 class TestWeights:
     def test_config_arithmetic_matches_known_sizes(self) -> None:
-        """Qwen3-Coder-30B-A3B-FP8 is ≈ 31 GB (the seed); Llama-3.1-8B bf16 ≈ 14.96 GiB (vLLM logs 14.99)."""
+        """Qwen3-Coder-30B-A3B-FP8 is ≈ 31 GB (the L40S guide); Llama-3.1-8B bf16 ≈ 14.96 GiB (vLLM logs 14.99)."""
         assert 31.0e9 < modelinfo.estimate_weight_bytes(QWEN3) < 31.4e9
         assert 14.9 < modelinfo.estimate_weight_bytes(LLAMA) / GIB < 15.0
 
@@ -89,8 +89,8 @@ def plan_for(gpu: str, version: str = "0.33.0", **kwargs: Any) -> capacity.Capac
 
 
 class TestEstimate:
-    def test_seed_checkpoint_on_l40s(self) -> None:
-        """Qwen3-Coder FP8 on an L40S at 0.92: 150–200K KV tokens, 2 full 65,536-token sessions (the seed)."""
+    def test_guide_question_on_l40s(self) -> None:
+        """Qwen3-Coder FP8 on an L40S at 0.92: 150–200K KV tokens, 2 full 65,536-token sessions (the L40S guide's question)."""
         for version in ("0.10.2", "0.33.0"):
             plan = plan_for("l40s", version)
             assert 150_000 <= plan.kv_tokens <= 200_000
@@ -132,7 +132,7 @@ class TestEstimate:
 
 
 class TestPlanCommand:
-    def test_plan_text_answers_the_seed(self, capsys: pytest.CaptureFixture[str], no_installed_vllm: None) -> None:
+    def test_plan_text_answers_the_guide(self, capsys: pytest.CaptureFixture[str], no_installed_vllm: None) -> None:
         """`plan configs/qwen3.yaml --gpu l40s` prints 2 full sessions and the exact command without --api-key."""
         assert 0 == main(["plan", "configs/qwen3.yaml", "--gpu", "l40s"])
         out = capsys.readouterr().out

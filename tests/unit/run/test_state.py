@@ -13,6 +13,7 @@ import pytest
 
 from launcher.errors import EX_CONFIG, LockHeld
 from launcher.run import state
+from tests.conftest import ROOT
 
 
 class TestStateFiles:
@@ -40,7 +41,7 @@ class TestLocks:
     def test_second_holder_is_told_the_first_pid(self, tmp_path: Path) -> None:
         """Another process holding the lock makes acquire fail with 78 and that process's PID."""
         path = tmp_path / "lock"
-        root = str(Path(__file__).resolve().parents[1])
+        root = str(ROOT)
         code = (f"import sys, time, pathlib; sys.path.insert(0, {root!r}); from launcher.run import state; "
                 f"lock = state.acquire_lock(pathlib.Path({str(path)!r}), 'x', 'y'); print('held', flush=True); "
                 "time.sleep(30)")

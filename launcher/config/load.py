@@ -1,0 +1,100 @@
+"""Read a profile: YAML text with the line of every key, `--set KEY=VALUE` overrides, then validation.
+
+Every bad input becomes one `ProfileError` line that names the file, the line,
+the key and the fix (exit 78). `--set` overrides are applied to the raw document
+before validation, so they are checked exactly like the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from launcher.config.profile import Profile
+from launcher.config.validate import ProfileValidator
+from launcher.errors import ProfileError
+
+
+def load(path: str | Path, sets: Sequence[str] = ()) -> Profile:
+    """Read, override and validate a profile file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ProfileError(str(path), "", "no such profile", "check the path (profiles usually live in configs/ "
+                           "or /etc/vllm-launch/)") from None
+    except OSError as exc:
+        raise ProfileError(str(path), "", f"cannot read the profile ({exc.strerror})",
+                           "check the file's permissions") from None
+    return loads(text, source=str(path), name=path.stem, sets=sets)
+
+
+def loads(text: str, source: str = "<profile>", name: str = "profile", sets: Sequence[str] = ()) -> Profile:
+    """Validate a profile given as YAML text."""
+    raw, lines = _parse_yaml(text, source)
+    origins = {key: f"{source}:{line}" for key, line in lines.items()}
+    for assignment in sets:
+        _apply_set(raw, assignment, origins)
+    return ProfileValidator(source, lines, origins).profile(raw, name)
+
+
+def _parse_yaml(text: str, source: str) -> tuple[dict[str, Any], dict[str, int]]:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        raw = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        raise ProfileError(source, "", f"malformed YAML ({exc.problem})",
+                           "fix the indentation or quoting on that line", line) from None
+    except yaml.YAMLError as exc:
+        raise ProfileError(source, "", f"malformed YAML ({exc})", "fix the YAML syntax") from None
+    if raw is None:
+        raise ProfileError(source, "model", "the profile is empty",
+                           "write at least `model: <hub id or path>`", 1)
+    if not isinstance(raw, dict) or node is None:
+        raise ProfileError(source, "", "a profile must be a mapping of keys (model:, vllm:, launcher:)",
+                           "start the file with `model: <hub id or path>`", 1)
+    lines: dict[str, int] = {}
+    _collect_lines(node, "", lines)
+    return raw, lines
+
+
+def _collect_lines(node: yaml.Node, prefix: str, lines: dict[str, int]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = f"{prefix}{key_node.value}"
+            lines[key] = key_node.start_mark.line + 1
+            _collect_lines(value_node, key + ".", lines)
+
+
+def _apply_set(raw: dict[str, Any], assignment: str, origins: dict[str, str]) -> None:
+    key, sep, text = assignment.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ProfileError("--set", assignment, "expected KEY=VALUE",
+                           "write it as --set vllm.max-model-len=32768")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    # `vllm.<flag>` and `env.<NAME>` keep the rest of the key whole: flag names may hold dots.
+    head, _, rest = key.partition(".")
+    path = [head, rest] if head in ("vllm", "env") and rest else key.split(".")
+    if head == "vllm" and rest and isinstance(raw.get("vllm"), dict):
+        # --set vllm.max-model-len replaces max_model_len as written in the file, whatever its spelling.
+        wanted = rest.replace("_", "-")
+        for existing in list(raw["vllm"]):
+            if str(existing).replace("_", "-") == wanted:
+                del raw["vllm"][existing]
+    target = raw
+    for part in path[:-1]:
+        child = target.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ProfileError("--set", key, f"{part} is not a mapping", "set a key under a mapping section")
+        target = child
+    target[path[-1]] = value
+    origins[key] = f"--set {assignment.split('=', 1)[0]}=…"

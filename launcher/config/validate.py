@@ -1,0 +1,175 @@
+"""Turn the raw document into a `Profile`: top-level keys, secrets, env and vllm flags (the launcher: section
+has its own module), raising on the first bad key."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from launcher.config.keys import KeyReader, closest, type_name
+from launcher.config.launcher_section import read_launcher
+from launcher.config.profile import KV_CACHE_DTYPES, FlagValue, LadderBounds, Profile, is_loopback, parse_max_model_len
+
+_TOP_KEYS = ("model", "vllm", "api_key", "hf_token", "allow_unauthenticated", "env", "launcher")
+
+# Environment names that hold secrets: they must come from api_key/hf_token, never as literals.
+_SECRET_ENV = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD)$", re.IGNORECASE)
+# Values that look like a credential whatever key they sit under (OpenAI-style, Hugging Face).
+_SECRET_VALUE = re.compile(r"^(sk-[A-Za-z0-9_-]{16,}|hf_[A-Za-z0-9]{20,})$")
+_FLAG_ALIASES = {"device-memory-utilization": "gpu-memory-utilization", "tp": "tensor-parallel-size",
+                 "pp": "pipeline-parallel-size", "dp": "data-parallel-size"}
+
+
+class ProfileValidator(KeyReader):
+    """Turns the raw document into a Profile, raising on the first bad key."""
+
+    def profile(self, raw: dict[str, Any], name: str) -> Profile:
+        self.known_keys(raw, _TOP_KEYS, "")
+        self._refuse_plaintext_secrets(raw, "")
+        model = raw.get("model")
+        if model is None or model == "":
+            raise self.fail("model", "missing model", "add `model: <Hugging Face id or local path>` at the top level")
+        if not isinstance(model, str):
+            raise self.fail("model", f"expected a model id or path, got {type_name(model)}",
+                            "write model: Org/Name or model: /path/to/model")
+        api_key = self.secret(raw.get("api_key"), "api_key", "VLLM_API_KEY")
+        hf_token = self.secret(raw.get("hf_token"), "hf_token", "HF_TOKEN")
+        allow_unauth = self.boolean(raw, "allow_unauthenticated", "allow_unauthenticated", False)
+        env = self._env(raw.get("env"))
+        vllm = self._vllm(raw.get("vllm"))
+        launcher = read_launcher(self, self.mapping(raw.get("launcher"), "launcher"), vllm)
+        vllm = _with_start_utilization(vllm, launcher.ladder)
+
+        host = vllm.get("host")
+        if api_key is None and not allow_unauth and not is_loopback(None if host is None else str(host)):
+            where = f"host {host}" if host is not None else "all interfaces (vLLM's default host)"
+            raise self.fail("vllm.host" if host is not None else "api_key",
+                            f"the server would listen on {where} without an API key",
+                            "add api_key: {env: VLLM_API_KEY}, bind host: 127.0.0.1, "
+                            "or say allow_unauthenticated: true")
+        content = json.dumps({"model": model, "vllm": _jsonable(vllm), "env": dict(env),
+                              "api_key": api_key and api_key.describe(),
+                              "hf_token": hf_token and hf_token.describe(),
+                              "launcher": _jsonable(raw.get("launcher") or {})},
+                             sort_keys=True, default=str)
+        return Profile(
+            source=self.source, name=name, model=model, vllm=MappingProxyType(vllm),
+            api_key=api_key, hf_token=hf_token, allow_unauthenticated=allow_unauth,
+            env=MappingProxyType(env), launcher=launcher,
+            digest=hashlib.sha256(content.encode()).hexdigest()[:16],
+            origins=MappingProxyType(dict(self.origins)),
+        )
+
+    def _refuse_plaintext_secrets(self, data: Any, prefix: str) -> None:
+        """An API key or token written anywhere in the profile would leak into logs and backups."""
+        if isinstance(data, dict):
+            for key, value in data.items():
+                self._refuse_plaintext_secrets(value, f"{prefix}{key}.")
+        elif isinstance(data, list):
+            for item in data:
+                self._refuse_plaintext_secrets(item, prefix)
+        elif isinstance(data, str) and _SECRET_VALUE.match(data.strip()):
+            key = prefix.rstrip(".")
+            raise self.fail(key, "this looks like an API key or token written in plain text",
+                            "move it to an environment variable or a file and write "
+                            "api_key: {env: VLLM_API_KEY} (or hf_token: {env: HF_TOKEN})")
+
+    def _env(self, value: Any) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for name, item in self.mapping(value, "env").items():
+            key = f"env.{name}"
+            if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise self.fail(key, "not a valid environment variable name", "use letters, digits and _")
+            if _SECRET_ENV.search(name):
+                raise self.fail(key, "a secret is written in plain text in env:",
+                                "remove it and use api_key: {env: VLLM_API_KEY} or hf_token: {env: HF_TOKEN}; "
+                                "the launcher passes them to vLLM itself")
+            if isinstance(item, dict | list) or item is None:
+                raise self.fail(key, f"expected a string or number, got {type_name(item)}", f"write {name}: \"value\"")
+            env[name] = str(item).lower() if isinstance(item, bool) else str(item)
+        return env
+
+    def _vllm(self, value: Any) -> dict[str, FlagValue]:
+        flags: dict[str, FlagValue] = {}
+        for raw_name, item in self.mapping(value, "vllm").items():
+            key = f"vllm.{raw_name}"
+            name = str(raw_name).strip().lstrip("-").replace("_", "-")
+            name = _FLAG_ALIASES.get(name, name)
+            # Later messages (unknown flag, bad choice) name the flag by its kebab spelling.
+            if key in self.origins:
+                self.origins[f"vllm.{name}"] = self.origins[key]
+            if key in self.lines:
+                self.lines[f"vllm.{name}"] = self.lines[key]
+            if name in flags:
+                raise self.fail(key, f"{name} is given twice (kebab and snake case)", "keep one spelling")
+            if name == "model":
+                raise self.fail(key, "the model is not a vllm: flag", "move it to the top level: model: <id or path>")
+            if name == "api-key":
+                raise self.fail(key, "an API key in vllm: would be passed on the command line "
+                                "(world-readable in /proc)", "use api_key: {env: VLLM_API_KEY} at the top level")
+            if name == "config":
+                raise self.fail(key, "a second config file would bypass the profile's checks",
+                                "copy its flags into vllm:")
+            if item is None:
+                continue  # `flag: null` means "leave vLLM's default"
+            flags[name] = self._flag_value(name, item, key)
+        return flags
+
+    def _flag_value(self, name: str, item: Any, key: str) -> FlagValue:
+        if name in ("gpu-memory-utilization", "device-memory-utilization"):
+            if isinstance(item, bool) or not isinstance(item, int | float) or not 0 < item <= 1:
+                raise self.fail(key, f"must be a fraction in (0, 1], got {item!r}",
+                                "write e.g. gpu-memory-utilization: 0.90 (a fraction of the GPU's total memory)")
+            return float(item)
+        if name == "kv-cache-dtype":
+            if item not in KV_CACHE_DTYPES:
+                close = closest(str(item), sorted(KV_CACHE_DTYPES))
+                raise self.fail(key, f"unknown kv-cache-dtype {item!r}",
+                                f"use auto, fp8 or another vLLM KV dtype{f' (did you mean {close}?)' if close else ''}")
+            return str(item)
+        if name == "max-model-len":
+            try:
+                parse_max_model_len(item)
+            except ValueError as exc:
+                raise self.fail(key, f"{exc}, got {item!r}", "write e.g. max-model-len: 65536") from None
+            return item if isinstance(item, int) else str(item)
+        if name in ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size", "max-num-seqs",
+                    "block-size"):
+            if isinstance(item, bool) or not isinstance(item, int) or item < 1:
+                raise self.fail(key, f"expected a whole number ≥ 1, got {item!r}", f"write e.g. {name}: 1")
+            return item
+        if name == "port":
+            if isinstance(item, bool) or not isinstance(item, int) or not 0 < item < 65536:
+                raise self.fail(key, f"expected a TCP port (1-65535), got {item!r}", "write e.g. port: 8000")
+            return item
+        if name in ("host", "served-model-name", "tool-call-parser") and isinstance(item, dict | bool):
+            raise self.fail(key, f"expected text, got {type_name(item)}", f"write {name}: <text>")
+        if isinstance(item, list):
+            if any(isinstance(x, dict | list) for x in item):
+                raise self.fail(key, "lists may hold only plain values", f"write {name}: [a, b]")
+            return tuple(item)
+        if isinstance(item, dict):
+            return MappingProxyType(dict(item))
+        if isinstance(item, bool | int | float | str):
+            return item
+        raise self.fail(key, f"unsupported value {item!r}", "use a string, number, true/false, list or mapping")
+
+
+def _with_start_utilization(vllm: dict[str, FlagValue], ladder: LadderBounds) -> dict[str, FlagValue]:
+    """With ladder rungs but no utilization flag, the first rung is the starting value."""
+    if ladder.utilization_rungs and "gpu-memory-utilization" not in vllm:
+        return {**vllm, "gpu-memory-utilization": ladder.utilization_rungs[0]}
+    return vllm
+
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value

@@ -1,0 +1,104 @@
+"""Before the first attempt of `up`: stop our own leftovers, check the port, run the GPU preflight.
+
+Unlike `plan/preflight.py` (pure checks), this stage acts: it stops processes an earlier run of
+this profile left behind, and re-reads the GPUs once they are gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from typing import Any
+
+import structlog
+
+from launcher.config.profile import FlagValue, Profile
+from launcher.errors import ConfigError, LauncherError, PreflightError
+from launcher.gpu.inventory import GpuInventory, GpuProbe
+from launcher.gpu.match import gpu_spec, host_gpu
+from launcher.plan import modelinfo
+from launcher.plan.capacity import capacity_for
+from launcher.plan.hostfacts import host_facts
+from launcher.plan.preflight import evaluate
+from launcher.run import processes
+from launcher.run.session import Session
+from launcher.vllm import command
+
+log = structlog.get_logger("vllm_launch")
+
+GpuId = tuple[str, int, str | None]  # (GPU name, count, driver): the last-known-good key's hardware part
+
+
+def stop_recorded_leftovers(previous: Any) -> None:
+    """Processes an earlier run of this profile recorded and left alive hold memory: stop them."""
+    known = ((previous or {}).get("child") or {}).get("known") if isinstance(previous, dict) else None
+    if not known:
+        return
+    procs = processes.leftover_vllm_processes({int(pid): float(t) for pid, t in known.items()})
+    if procs:
+        names = [f"{p.pid}" for p in procs]
+        log.warning("preflight.leftovers", pids=names, action="stopping them: they were ours")
+        stuck = processes.kill_processes(procs)
+        if stuck:
+            raise PreflightError(f"processes of an earlier run cannot be stopped: {', '.join(stuck)} (a process "
+                                 "stuck in the GPU driver needs a reboot)")
+
+
+def check_port(profile: Profile) -> None:
+    """vLLM 0.7.3–0.24 set SO_REUSEPORT, so a second server on a busy port starts silently: check first."""
+    host = profile.host or "0.0.0.0"  # noqa: S104 - the address vLLM will bind
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host.strip("[]"), profile.port))
+        except OSError as exc:
+            raise ConfigError(f"port {profile.port} on {host} is not free ({exc.strerror}); stop what "
+                              "listens there or set vllm.port to a free port") from None
+
+
+def preflight(session: Session) -> tuple[dict[str, FlagValue | None], GpuId]:
+    """The overrides the first attempt starts with, and the GPU it runs on; raises when a launch is doomed."""
+    prof = session.profile
+    probe: GpuProbe | None = None
+    if prof.launcher.device == "cpu":
+        inventory = GpuInventory(source="host")
+        gpu_id: GpuId = ("cpu", 1, None)
+    else:
+        probe = session.probe()
+        inventory = probe.read() if probe is not None else GpuInventory(
+            source="none", error="no NVIDIA driver or GPU found (no NVML, no nvidia-smi)")
+        devices = inventory.visible_devices
+        gpu_id = (devices[0].name if devices else "none", len(devices), inventory.driver_version)
+    cap = None
+    gpu = gpu_spec(inventory, prof.gpus_needed) if prof.launcher.device != "cpu" else host_gpu(session.environ)
+    with contextlib.suppress(LauncherError):
+        # vLLM runs with the profile's env: its HF_HOME decides where the model is cached.
+        files = modelinfo.find_model(prof.model, None, {**session.environ, **prof.env})
+        if gpu is not None:
+            plan = command.build_plan(prof, {}, vllm_bin=session.vllm_bin, catalog=session.catalog)
+            cap = capacity_for(prof, plan, gpu, session.semantics, files, None)
+    host = host_facts(prof, environ=session.environ)
+    if host.leftovers:
+        # Orphaned VLLM:: processes of ours hold memory: stop them, then read the GPU again.
+        log.warning("preflight.leftovers", processes=[f"{p.pid} {p.name} ({p.why})" for p in host.leftovers],
+                    action="stopping them")
+        stuck = processes.kill_processes(processes.live_processes(p.pid for p in host.leftovers))
+        if stuck:
+            raise PreflightError(f"leftover processes cannot be stopped: {', '.join(stuck)} (a process stuck in "
+                                 "the GPU driver needs a reboot)")
+        if prof.launcher.device != "cpu" and probe is not None:
+            inventory = probe.read()
+        host = host_facts(prof, environ=session.environ)
+    result = evaluate(prof, inventory, host=host, capacity=cap, version=session.semantics)
+    for problem in result.problems:
+        (log.error if problem.severity == "error" else log.warning)(
+            "preflight.problem", code=problem.code, message=problem.message, fix=problem.fix)
+    for change in result.changes:
+        log.info("preflight.change", change=change)
+    if result.blocking:
+        errors = [f"{p.code}: {p.message} → {p.fix}" for p in result.problems if p.severity == "error"]
+        raise PreflightError("preflight: " + " | ".join(errors))
+    if cap is not None:
+        log.info("preflight.ok", kv_tokens_estimate=cap.kv_tokens, sessions_estimate=cap.sessions,
+                 verdict=cap.verdict)
+    return dict(result.overrides), gpu_id

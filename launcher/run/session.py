@@ -1,0 +1,141 @@
+"""The state one `up` run shares between its stages: the child, the attempts, the store, systemd notifications.
+
+`Session` is the only mutable object of the run/ folder besides the child itself; the stage
+modules (prelaunch, startup, serving) are functions over it, and the daemon strings them together.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from launcher.config.flags import FlagCatalog
+from launcher.config.profile import FlagValue, Profile
+from launcher.gpu.detect import detect
+from launcher.gpu.inventory import GpuProbe
+from launcher.gpu.inventory_file import FakeProbe
+from launcher.run import sdnotify, state, supervisor
+from launcher.run.processes import reap_orphans
+from launcher.vllm.signatures import LogEvent
+from launcher.vllm.versions import VersionSemantics
+
+log = structlog.get_logger("vllm_launch")
+
+EXTEND_EVERY_S = 10.0
+
+
+class Stopped(Exception):
+    """SIGTERM/SIGINT arrived: unwind and stop cleanly (exit 0)."""
+
+
+@dataclass
+class Attempt:
+    """The record of one attempt for logs, state and the exhausted-ladder message."""
+
+    number: int
+    overrides: Mapping[str, FlagValue | None]
+    outcome: str = ""
+    cls: str = ""
+    detail: str = ""
+
+
+@dataclass
+class Session:
+    profile: Profile
+    stop: threading.Event
+    store: state.StateStore
+    inventory_path: str | None = None
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    console: bool = True
+    # What vLLM is, resolved once before the first attempt.
+    vllm_bin: str = "vllm"
+    catalog: FlagCatalog | None = None
+    version: VersionSemantics | None = None
+    secrets: Mapping[str, str] = field(default_factory=dict)
+    lkg_key: str = ""
+    # What happened so far.
+    attempts: list[Attempt] = field(default_factory=list)
+    restarts: list[float] = field(default_factory=list)
+    child: supervisor.Child | None = None
+    serving: bool = False
+    last_extend: float = 0.0
+    last_watchdog: float = 0.0
+    same_flags_retries: int = 0
+
+    @property
+    def semantics(self) -> VersionSemantics:
+        if self.version is None:
+            raise RuntimeError("the vLLM version is resolved before any attempt")
+        return self.version
+
+    def notify(self, **fields: str | int) -> None:
+        sdnotify.notify(fields, self.environ)
+
+    def on_event(self, event: LogEvent) -> None:
+        if event.kind == "kv_tokens":
+            log.info("vllm.capacity", **{k: v for k, v in event.values.items() if v is not None})
+        elif event.kind == "progress" and event.values.get("phase"):
+            self.store.data["loading_phase"] = event.values["phase"]
+        elif event.kind == "failure" and event.fatal == "specific":
+            log.info("vllm.fatal_line", failure=event.failure, reason=event.reason, line=event.message[:300])
+
+    def tick(self, child: supervisor.Child) -> None:
+        now = time.monotonic()
+        if not self.serving and now - self.last_extend >= EXTEND_EVERY_S \
+                and now - child.pump.last_output < EXTEND_EVERY_S:
+            # Loading progresses: push systemd's start timeout out by one stall period.
+            self.last_extend = now
+            self.notify(EXTEND_TIMEOUT_USEC=int(self.profile.launcher.startup_stall_s * 1_000_000))
+        interval = sdnotify.watchdog_interval(self.environ)
+        if interval and now - self.last_watchdog >= interval:
+            self.last_watchdog = now
+            self.notify(WATCHDOG=1)
+        reap_orphans(child.popen)
+
+    def grace_for_stop(self) -> float:
+        grace = self.profile.launcher.stop_grace_s
+        return grace if self.serving else min(grace, supervisor.STARTUP_GRACE_S)
+
+    def stop_child(self, grace_s: float) -> supervisor.StopReport | None:
+        child, self.child = self.child, None
+        if child is None:
+            return None
+        report = supervisor.stop_tree(child, grace_s)
+        if child.pump.sink is not None:
+            child.pump.sink.close()
+        if report.leftovers:
+            log.error("shutdown.leftovers", leftovers=list(report.leftovers))
+        self.store.update(child=None)
+        return report
+
+    def probe(self) -> GpuProbe | None:
+        """The inventory file given with --gpu-inventory, else NVML or nvidia-smi (None: no GPU)."""
+        if self.inventory_path:
+            return FakeProbe(self.inventory_path, self.environ)
+        return detect(self.environ)
+
+    def free_fraction(self) -> float | None:
+        """Free memory of the fullest visible GPU, re-read before a ladder decision."""
+        if self.profile.launcher.device == "cpu":
+            return None
+        probe = self.probe()
+        if probe is None:
+            return None
+        devices = probe.read().visible_devices
+        if not devices:
+            return None
+        return min(d.free_bytes / d.total_bytes for d in devices if d.total_bytes)
+
+    def attempts_summary(self) -> str:
+        return "; ".join(f"#{a.number} [{describe_overrides(a.overrides)}] {a.outcome or 'running'}"
+                         f"{': ' + a.cls if a.cls else ''}" for a in self.attempts)
+
+
+def describe_overrides(overrides: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in overrides.items()) or "as written"

@@ -1,0 +1,205 @@
+"""Start-up: attempts until one is ready, each spawned, watched to READY and checked against the capacity gate.
+
+tenacity decides *when* the next attempt starts (no wait after a change the ladder
+made, exponential backoff when the same flags are retried); `ladder.next_step`
+decides *what* changes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, stop_when_event_set
+
+from launcher.config.profile import FlagValue
+from launcher.errors import ConfigError, LadderExhausted
+from launcher.run import health, ladder, logs, state, supervisor
+from launcher.run.logpump import RotatingFile
+from launcher.run.readiness import ReadyCheck, capacity_gate, wait_ready
+from launcher.run.session import Attempt, Session, Stopped
+from launcher.units import format_duration
+from launcher.vllm import command
+
+log = structlog.get_logger("vllm_launch")
+
+
+class AttemptFailed(Exception):
+    """One start-up attempt failed; tenacity retries with the ladder's next overrides."""
+
+    def __init__(self, outcome: supervisor.Outcome) -> None:
+        super().__init__(outcome.detail)
+        self.outcome = outcome
+
+
+def start(session: Session, overrides: dict[str, FlagValue | None]) -> dict[str, FlagValue | None]:
+    """Attempts until one is ready; returns the overrides that worked."""
+    prof = session.profile
+    tried: list[Mapping[str, FlagValue | None]] = []
+
+    def wait(retry_state: RetryCallState) -> float:
+        """No wait after a change the ladder made; exponential backoff when the same flags are retried."""
+        if session.same_flags_retries == 0:
+            return 0.0
+        policy = prof.launcher.restart
+        return float(min(policy.backoff_max_s, policy.backoff_min_s * 2 ** (session.same_flags_retries - 1)))
+
+    def sleep(seconds: float) -> None:
+        session.stop.wait(seconds)  # a signal ends the backoff at once
+
+    def log_backoff(retry_state: RetryCallState) -> None:
+        sleep = retry_state.next_action.sleep if retry_state.next_action else 0.0
+        if sleep:
+            log.info("attempt.backoff", seconds=sleep, attempt=retry_state.attempt_number)
+            session.notify(STATUS=f"backoff {sleep:.0f}s before attempt {retry_state.attempt_number + 1}")
+
+    retrying = Retrying(
+        stop=stop_after_attempt(prof.launcher.max_attempts) | stop_when_event_set(session.stop),
+        wait=wait, sleep=sleep,
+        retry=retry_if_exception_type(AttemptFailed), reraise=True, before_sleep=log_backoff)
+    try:
+        for retry in retrying:
+            with retry:
+                if session.stop.is_set():
+                    raise Stopped
+                outcome = attempt(session, overrides)
+                if outcome.kind == "ready":
+                    return overrides
+                if outcome.kind == "stopped":
+                    raise Stopped
+                step = ladder.next_step(prof, overrides, outcome.diagnosis, version=session.semantics,
+                                        free_fraction=session.free_fraction(), tried=tried)
+                tried.append(dict(overrides))
+                session.same_flags_retries = (session.same_flags_retries + 1
+                                              if dict(step.overrides) == overrides else 0)
+                log.info("ladder.step", attempt=outcome.attempt, failure=outcome.diagnosis.cls,
+                         change=step.change, reason=step.reason)
+                session.store.record_decision(attempt=outcome.attempt, change=step.change, reason=step.reason,
+                                              **{"class": outcome.diagnosis.cls})
+                overrides = dict(step.overrides)
+                raise AttemptFailed(outcome)
+    except ladder.Stop as stop:
+        if session.stop.is_set():
+            raise Stopped from None
+        summary = session.attempts_summary()
+        if stop.exit_code == LadderExhausted.exit_code:
+            raise LadderExhausted(f"{stop} — attempts: {summary}") from None
+        raise ConfigError(f"{stop} — attempts: {summary}") from None
+    except AttemptFailed:
+        if session.stop.is_set():
+            raise Stopped from None
+        raise LadderExhausted(f"no attempt became ready within launcher.max_attempts "
+                              f"({prof.launcher.max_attempts}) — attempts: {session.attempts_summary()}") from None
+    raise Stopped  # tenacity stopped because the stop event is set
+
+
+def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> supervisor.Outcome:
+    """One attempt: spawn vLLM with these overrides, wait for READY or failure, stop it if it failed."""
+    prof = session.profile
+    number = len(session.attempts) + 1
+    record = Attempt(number, dict(overrides))
+    session.attempts.append(record)
+    plan = command.build_plan(prof, overrides, vllm_bin=session.vllm_bin, catalog=session.catalog)
+    sink = RotatingFile(prof.launcher.log_file, prof.launcher.log_max_bytes,
+                        prof.launcher.log_backups) if prof.launcher.log_file else None
+    rung = plan.describe_overrides()
+    session.child = child = supervisor.spawn(plan, attempt=number, secrets=session.secrets, sink=sink,
+                                             echo=session.console, environ=session.environ,
+                                             block_size=ladder.block_size(plan.flags))
+    log.info("attempt.started", attempt=number, pid=child.pid, overrides=dict(overrides), argv=list(plan.argv))
+    session.store.update(phase="starting", attempt=number, child=supervisor.describe(child), rung=dict(overrides),
+                         rung_description=rung, url=plan.base_url, served_model_name=plan.served_model_name,
+                         vllm_version=session.semantics.version, log_file=str(prof.launcher.log_file or ""))
+    session.notify(STATUS=f"attempt {number}: starting vLLM ({rung})")
+    api_key = session.secrets.get("VLLM_API_KEY")
+    check = ReadyCheck(
+        health=lambda: health.check_health(plan.base_url).ok,
+        models=lambda: _models(plan, api_key),
+        completion=(lambda: _completion(plan, api_key)) if prof.launcher.health.completion_probe else None)
+    outcome = wait_ready(child, session.stop, check, on_event=session.on_event, tick=lambda: session.tick(child))
+    if outcome.kind == "stopped":
+        record.outcome = "stopped"
+        return outcome  # the daemon's shutdown stops the child (start-up grace) and reports its exit and leftovers
+    if outcome.kind == "ready":
+        gated = capacity_gate(prof.launcher.require, outcome, plan)
+        if gated is None:
+            record.outcome = "ready"
+            _ready(session, child, plan, outcome, overrides)
+            return outcome
+        outcome = gated
+    report = session.stop_child(supervisor.FAILED_ATTEMPT_GRACE_S)
+    record.outcome, record.cls, record.detail = outcome.kind, outcome.diagnosis.cls, outcome.detail
+    d = outcome.diagnosis
+    log.warning("attempt.failed", attempt=number, outcome=outcome.kind, failure=d.cls, reason=d.reason,
+                root_cause=d.root_cause, detail=outcome.detail, returncode=report.returncode if report else None,
+                numbers=dict(d.numbers), tail=list(outcome.tail[-8:]) if d.cls == "unknown" else None)
+    session.notify(STATUS=f"attempt {number} failed: {d.cls}")
+    return outcome
+
+
+def _ready(session: Session, child: supervisor.Child, plan: command.Plan, outcome: supervisor.Outcome,
+           overrides: Mapping[str, FlagValue | None]) -> None:
+    """READY: record the capacity and the rung that worked, tell systemd, print the summary."""
+    numbers = outcome.diagnosis.numbers
+    length = numbers.get("served_max_model_len") or plan.max_model_len
+    tokens = numbers.get("kv_tokens")
+    sessions = round(tokens / length, 2) if isinstance(tokens, int) and length else None
+    elapsed = time.monotonic() - child.started
+    capacity = {"kv_tokens": tokens, "max_model_len": length, "sessions": sessions,
+                "max_concurrency": numbers.get("max_concurrency"), "available_kv_gib": numbers.get("available_kv_gib"),
+                "kv_cache_dtype": plan.kv_cache_dtype, "utilization": plan.utilization}
+    session.serving = True
+    session.store.update(phase="serving", capacity=capacity, ready_at=time.time(), time_to_ready_s=round(elapsed, 1),
+                         child=supervisor.describe(child))
+    state.save_lkg(session.store.directory, session.lkg_key, {"overrides": dict(overrides), "kv_tokens": tokens,
+                                                              "max_model_len": length})
+    status = "ready"
+    if isinstance(tokens, int):
+        status = f"ready: {tokens:,} KV tokens, {sessions} sessions of {length:,}, {plan.kv_cache_dtype}"
+        if plan.utilization:
+            status += f", util {plan.utilization}"
+    session.notify(READY=1, STATUS=status)
+    log.info("ready", attempt=child.attempt, url=plan.base_url, served_model_name=plan.served_model_name,
+             kv_tokens=tokens, sessions=sessions, max_model_len=length, time_to_ready_s=round(elapsed, 1),
+             overrides=dict(overrides))
+    if session.console:
+        _summary(session, plan, capacity, elapsed)
+
+
+def _summary(session: Session, plan: command.Plan, capacity: Mapping[str, Any], elapsed: float) -> None:
+    decisions = session.store.data.get("decisions") or []
+    why = "; ".join(f"{d['change']} ({d['class']})" for d in decisions) or "the profile as written"
+    tokens, sessions = capacity.get("kv_tokens"), capacity.get("sessions")
+    rows = [
+        ("url", f"{plan.base_url}/v1"),
+        ("model", f"{plan.served_model_name} ({session.profile.model})"),
+        ("KV cache", f"{tokens:,} tokens ({plan.kv_cache_dtype})" if isinstance(tokens, int) else "not reported"),
+        ("sessions", f"{sessions} full sessions of {capacity.get('max_model_len'):,} tokens" if sessions else "-"),
+        ("rung", f"attempt {len(session.attempts)}: {plan.describe_overrides()} — {why}"),
+        ("ready in", format_duration(elapsed)),
+    ]
+    public = _public_url(session)
+    if public:
+        rows.insert(1, ("public url", public))
+    if session.profile.launcher.log_file:
+        rows.append(("vLLM log", str(session.profile.launcher.log_file)))
+    width = max(len(k) for k, _ in rows)
+    text = "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
+    logs.echo_summary(f"vllm-launch: {session.profile.name} is ready\n{text}")
+
+
+def _public_url(session: Session) -> str | None:
+    pod = session.environ.get("RUNPOD_POD_ID")
+    return f"https://{pod}-{session.profile.port}.proxy.runpod.net/v1" if pod else None
+
+
+def _models(plan: command.Plan, api_key: str | None) -> tuple[bool, str, int | None]:
+    probe = health.check_models(plan.base_url, plan.served_model_name, api_key)
+    return probe.ok, probe.detail, probe.max_model_len
+
+
+def _completion(plan: command.Plan, api_key: str | None) -> tuple[bool, str]:
+    probe = health.check_completion(plan.base_url, plan.served_model_name, api_key)
+    return probe.ok, probe.detail
