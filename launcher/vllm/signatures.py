@@ -1,10 +1,10 @@
-"""Turn vLLM log lines into events: one table of signatures, 0.6 → 0.33, GPU and CPU.
+"""The one table of vLLM log signatures, 0.5 → 0.33, GPU and CPU: what a line means and which numbers it holds.
 
-`classify(line)` is pure and fast (it runs on every line vLLM prints). Lines are
-normalised first: ANSI colours and `\\r` continuations stripped, then docker-compose,
-timestamp, `[rank0]:`, `(EngineCore pid=…)` and `LEVEL date [file:line]` prefixes
-removed. Each signature has a literal needle that must occur before its regex runs.
-Strings come from vLLM's own source, 0.6 → 0.33, and real logs (docs/vllm-logs.md lists each one).
+Each signature matches the stable part of a message (the exception type, the key phrase and its
+numbers), not the whole sentence, so that rewordings between versions, user trims and pasted
+excerpts still match. Each has a literal needle that must occur in the raw line before its regex
+runs. `launcher.vllm.classify` applies the table; docs/vllm-logs.md lists every signature with the
+versions that print it and a real example line.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 # Failure classes (diagnose JSON `class`) and config reasons (`reason`).
@@ -24,17 +23,6 @@ NO_CACHE_BLOCKS = "no_cache_blocks"
 ENGINE_DEAD = "engine_dead"
 CONFIG = "config"
 UNKNOWN = "unknown"
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_OUTER = re.compile(
-    r"^(?:[\w.-]+\s*\|\s)?"  # docker-compose: "vllm-1  | "
-    r"(?:\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?\s+)?"  # docker logs -t / ISO timestamps
-    r"(?:\[rank\d+\]:\s?)?"  # torch.distributed
-    r"(?:\((?P<proc>[^)]*?) pid=(?P<pid>\d+)\)\s+)?"  # vLLM process prefix
-    r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[^\]\s]+:\d+\] ?"
-    r"|(?P<ulevel>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+)?"  # vLLM logger or uvicorn
-)
-
 
 @dataclass(frozen=True, slots=True)
 class LogEvent:
@@ -58,6 +46,7 @@ class Signature:
     reason: str | None = None
     fatal: str | None = None
     convert: Callable[[dict[str, str | None]], dict[str, Any]] | None = None
+    any_level: bool = False  # a failure that vLLM logs at INFO (zero blocks, negative KV memory)
 
 
 def _int(text: str | None) -> int | None:
@@ -88,50 +77,102 @@ def _tool_parser(groups: dict[str, str | None]) -> dict[str, Any]:
 
 
 def _sig(kind: str, needle: str, pattern: str, failure: str | None = None, reason: str | None = None,
-         fatal: str | None = None, convert: Callable[[dict[str, str | None]], dict[str, Any]] | None = None
-         ) -> Signature:
-    return Signature(kind, needle, re.compile(pattern), failure, reason, fatal, convert)
+         fatal: str | None = None, convert: Callable[[dict[str, str | None]], dict[str, Any]] | None = None,
+         any_level: bool = False) -> Signature:
+    return Signature(kind, needle, re.compile(pattern), failure, reason, fatal, convert, any_level)
+
+
+
+
+def _memory_profile(groups: dict[str, str | None]) -> dict[str, Any]:
+    """V0's `Memory profiling results: key=value, …` (its pairs survive a pasted line being wrapped)."""
+    pairs = dict(re.findall(r"(total_gpu_memory|kv_cache_size|gpu_memory_utilization)=([\d.]+)", groups["text"] or ""))
+    names = {"total_gpu_memory": "total_gib", "kv_cache_size": "available_kv_gib", "gpu_memory_utilization": "utilization"}
+    values = {key: value.rstrip(".") for key, value in pairs.items()}  # "…=0.98." ends a sentence
+    return {names[key]: float(value) for key, value in values.items() if value and value.count(".") <= 1}
+
+
+def _world(groups: dict[str, str | None]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for key in ("world_size", "gpus"):
+        if groups.get(key):
+            values[key] = int(float(groups[key] or 0))
+    return values
 
 
 _GIB = r"-?[\d.]+"
+_FREE = rf"\((?P<free_gib>{_GIB})/(?P<total_gib>{_GIB}) GiB\)"
+_MAX_SEQ = r"max seq len \((?P<max_model_len>\d+)\)"
+_KV_NEEDED = (rf"\(?(?P<needed_gib>{_GIB}) Gi?B KV cache is needed, which is larger than the available KV cache memory "
+              rf"\((?P<available_kv_gib>{_GIB}) Gi?B\)")
+_ENGINE_EXC = r"^\s*(?:[\w.]+\.)?"  # an exception line: the type starts the message, client text cannot
 SIGNATURES: tuple[Signature, ...] = (
-    # ---- capacity and progress
+    # ---- no room at all for KV: INFO lines that mean the attempt is lost (vLLM raises right after)
+    _sig("failure", "blocks: 0,", r"^# (?:GPU|cuda|CUDA|[A-Za-z]+) blocks: (?P<gpu_blocks>0), # CPU blocks",
+         NO_CACHE_BLOCKS, fatal="specific", convert=_numbers(gpu_blocks="int"), any_level=True),
+    _sig("failure", "Available KV cache memory: -", r"Available KV cache memory: (?P<available_kv_gib>-[\d.]+) GiB",
+         NO_CACHE_BLOCKS, fatal="specific", convert=_numbers(available_kv_gib="float"), any_level=True),
+    _sig("failure", "reserved for KV Cache is -", r"the rest of the memory reserved for KV Cache is "
+         r"(?P<available_kv_gib>-[\d.]+) ?GiB", NO_CACHE_BLOCKS, fatal="specific",
+         convert=_numbers(available_kv_gib="float"), any_level=True),
+    # ---- capacity and memory: what the engine got (per rank with TP/PP: the diagnosis keeps the minimum)
     _sig("kv_tokens", "KV cache size:",
          r"(?:GPU|[A-Z]+(?: \+ host)?) KV cache size: (?P<kv_tokens>[\d,]+) tokens"
          r"(?:, Maximum concurrency for (?P<concurrency_len>[\d,]+) tokens per request: (?P<max_concurrency>[\d.]+)x)?",
          convert=_numbers(kv_tokens="int", concurrency_len="int", max_concurrency="float")),
     _sig("concurrency", "Maximum concurrency for",
-         r"^Maximum concurrency for (?P<concurrency_len>[\d,]+) tokens per request: (?P<max_concurrency>[\d.]+)x",
+         r"Maximum concurrency for (?P<concurrency_len>[\d,]+) tokens per request: (?P<max_concurrency>[\d.]+)x",
          convert=_numbers(concurrency_len="int", max_concurrency="float")),
     _sig("gpu_blocks", " blocks: ",
-         r"^# (?:GPU|cuda|[A-Za-z]+) blocks: (?P<gpu_blocks>\d+)(?:, # CPU blocks: (?P<cpu_blocks>\d+))?",
+         r"^#? ?(?:GPU|cuda|[A-Za-z]+) blocks: (?P<gpu_blocks>\d+)(?:, # CPU blocks: (?P<cpu_blocks>\d+))?",
          convert=_numbers(gpu_blocks="int", cpu_blocks="int")),
+    _sig("gpu_blocks", "num_gpu_blocks is:", r"num_gpu_blocks is: (?P<gpu_blocks>\d+)", convert=_numbers(gpu_blocks="int")),
     _sig("available_kv", "Available KV cache memory:", rf"Available KV cache memory: (?P<available_kv_gib>{_GIB}) GiB",
          convert=_numbers(available_kv_gib="float")),
     _sig("available_kv", "the rest of the memory reserved for KV Cache",
-         rf"the rest of the memory reserved for KV Cache is (?P<available_kv_gib>{_GIB}) ?GiB",
-         convert=_numbers(available_kv_gib="float")),
+         rf"model weights take (?P<weights_gib>[\d.]+) ?GiB; non_torch_memory takes (?P<non_torch_gib>[\d.]+) ?GiB; "
+         rf"PyTorch activation peak memory takes (?P<activation_gib>[\d.]+) ?GiB; "
+         rf"the rest of the memory reserved for KV Cache is (?P<available_kv_gib>{_GIB}) ?GiB"
+         rf"|the rest of the memory reserved for KV Cache is (?P<kv_only_gib>{_GIB}) ?GiB",
+         convert=lambda g: {**_numbers(weights_gib="float", non_torch_gib="float", activation_gib="float",
+                                        available_kv_gib="float")(g),
+                            **({"available_kv_gib": float(g["kv_only_gib"] or 0)} if g.get("kv_only_gib") else {})}),
+    _sig("memory_budget", "total_gpu_memory (", r"can use total_gpu_memory \((?P<total_gib>[\d.]+) ?GiB\) x "
+         r"gpu_memory_utilization \((?P<utilization>[\d.]+)\) = (?P<requested_gib>[\d.]+) ?GiB",
+         convert=_numbers(total_gib="float", utilization="float", requested_gib="float")),
+    _sig("memory_budget", "total_gpu_memory=", r"(?P<text>total_gpu_memory=.*)", convert=_memory_profile),
+    _sig("memory_budget", "kv_cache_size=", r"(?P<text>kv_cache_size=.*)", convert=_memory_profile),
+    _sig("memory_budget", "Desired GPU memory utilization is",  # 0.10.x, a successful start: the breakdown
+         rf"Free memory on device(?: \S+)? {_FREE} on startup\. Desired GPU memory utilization is "
+         rf"\((?P<utilization>[\d.]+), (?P<requested_gib>{_GIB}) GiB\)(?:\. Actual usage is (?P<weights_gib>[\d.]+) GiB "
+         r"for weight, (?P<activation_gib>[\d.]+) GiB for peak activation, (?P<non_torch_gib>[\d.]+) GiB for "
+         r"non-torch memory, and (?P<cudagraph_gib>[\d.]+) GiB for CUDAGraph memory)?",
+         convert=_numbers(free_gib="float", total_gib="float", utilization="float", requested_gib="float",
+                          weights_gib="float", activation_gib="float", non_torch_gib="float", cudagraph_gib="float")),
     _sig("available_kv", "GiB for KV cache on node",  # CPU backend, vLLM 0.3x
          r"(?:Explicitly|Auto) set \((?P<available_kv_gib>[\d.]+)/(?P<total_gib>[\d.]+)\) GiB for KV cache",
          convert=_numbers(available_kv_gib="float", total_gib="float")),
     _sig("model_loading", "took",
-         r"(?:Model loading took (?P<model_loading_gib>[\d.]+) Gi?B(?: memory)? and (?P<seconds>[\d.]+) seconds"
+         r"(?:Model loading took (?P<model_loading_gib>[\d.]+) Gi?B(?: memory)?(?: and (?P<seconds>[\d.]+) seconds)?"
          r"|Loading model weights took (?P<model_loading_gb>[\d.]+) GB)",
          convert=_numbers(model_loading_gib="float", model_loading_gb="float", seconds="float")),
     _sig("kv_cache_memory_hint", "--kv-cache-memory=",
          r"--kv-cache-memory=(?P<kv_cache_memory_fit>-?\d+)` \([^)]*\) to fit into requested memory, "
          r"or `--kv-cache-memory=(?P<kv_cache_memory_full>-?\d+)",
          convert=_numbers(kv_cache_memory_fit="int", kv_cache_memory_full="int")),
-    _sig("version", "LLM engine (v", r"Initializing (?:a V[01] |an )LLM engine \(v(?P<vllm_version>[^)\s]+)\)",
-         convert=_numbers(vllm_version="str")),
+    # ---- the version, and the engine's own view of its configuration
+    _sig("version", "LLM engine", r"Initializing (?:a V[01] |an )LLM engine(?: \(v(?P<vllm_version>[^)\s]+)\))?"
+         r" with config(?:.*?max_seq_len=(?P<max_model_len>\d+))?", convert=_numbers(vllm_version="str", max_model_len="int")),
     _sig("version", "server version", r"vLLM (?:API )?server version (?P<vllm_version>\S+?),?(?:\s|$)",
          convert=_numbers(vllm_version="str")),
     _sig("version", "version ", r"(?:[▄█▀]\s*)+version (?P<vllm_version>\d+\.\d+\.\d+\S*)\s*$",  # 0.15+ logo
          convert=_numbers(vllm_version="str")),
+    # ---- progress: the phase a start-up is in (a CUDA OOM's reason is the phase it happened in)
     _sig("progress", "Starting to load model", r"^Starting to load model", convert=lambda g: {"phase": "weights"}),
     _sig("progress", "checkpoint shards", r"Loading \S+ checkpoint shards:\s+(?P<percent>\d+)% Completed",
          convert=lambda g: {"phase": "weights", "percent": _int(g.get("percent"))}),
     _sig("progress", "Memory profiling", r"^Memory profiling", convert=lambda g: {"phase": "profiling"}),
+    _sig("progress", "Starting profile run", r"^Starting profile run", convert=lambda g: {"phase": "profiling"}),
     _sig("progress", "Capturing CUDA graph", r"Capturing CUDA graph", convert=lambda g: {"phase": "cuda_graphs"}),
     _sig("progress", "Graph capturing finished", r"Graph capturing finished", convert=lambda g: {"phase": "cuda_graphs"}),
     _sig("progress", "Warming up", r"Warming up", convert=lambda g: {"phase": "warmup"}),
@@ -141,52 +182,64 @@ SIGNATURES: tuple[Signature, ...] = (
     # ---- readiness markers (informational: readiness itself is /health + /v1/models)
     _sig("server_starting", "server", r"^Starting vLLM (?:API )?server(?: \d+)? on (?P<address>\S+)",
          convert=_numbers(address="str")),
+    _sig("server_starting", "Uvicorn running on", r"^Uvicorn running on (?P<address>.+?)(?: \(Press CTRL\+C|$)",
+         convert=_numbers(address="str")),
     _sig("startup_complete", "Application startup complete", r"^Application startup complete"),
     _sig("shutdown", "hutting down", r"^(?:Shutting down FastAPI HTTP server|Shutting down$)"),
     _sig("shutdown", "shutdown triggered", r"\[shutdown\] API server: shutdown triggered"),
     # ---- start-up memory (GPU and CPU backend)
-    _sig("failure", "on startup is less than",
-         rf"Free memory on device(?: (?P<device>\S+))? \((?P<free_gib>{_GIB})/(?P<total_gib>{_GIB}) GiB\) on startup "
-         rf"is less than (?:desired GPU memory utilization \((?P<utilization>[\d.]+), (?P<requested_gib>{_GIB}) GiB\)"
-         r"|the engine's budget)",
-         STARTUP_MEMORY, fatal="specific",
-         convert=_numbers(free_gib="float", total_gib="float", utilization="float", requested_gib="float")),
+    _sig("failure", "is less than desired",
+         rf"Free memory on device(?: \S+)? {_FREE}(?: on startup)? is less than (?:desired GPU memory utilization "
+         rf"\((?P<utilization>[\d.]+), (?P<requested_gib>{_GIB}) GiB\)|the engine's budget)",
+         STARTUP_MEMORY, "free_below_utilization", "specific",
+         _numbers(free_gib="float", total_gib="float", utilization="float", requested_gib="float")),
+    _sig("failure", "is less than the engine's budget",
+         rf"Free memory on device(?: \S+)? {_FREE}(?: on startup)? is less than the engine's budget",
+         STARTUP_MEMORY, "free_below_utilization", "specific", _numbers(free_gib="float", total_gib="float")),
     _sig("failure", "on startup is less than desired CPU",
-         rf"Available memory on node \d+ \((?P<free_gib>{_GIB})/(?P<total_gib>{_GIB}) GiB\) on startup is less than "
+         rf"Available memory on node \d+ {_FREE} on startup is less than "
          rf"desired CPU memory utilization \((?P<utilization>[\d.]+), (?P<requested_gib>{_GIB}) GiB\)",
-         STARTUP_MEMORY, fatal="specific",
-         convert=_numbers(free_gib="float", total_gib="float", utilization="float", requested_gib="float")),
+         STARTUP_MEMORY, "free_below_utilization", "specific",
+         _numbers(free_gib="float", total_gib="float", utilization="float", requested_gib="float")),
     _sig("failure", "warming up", r"CUDA out of memory occurred when warming up (?:sampler|pooler)",
-         STARTUP_MEMORY, reason="sampler_warmup", fatal="specific"),
-    _sig("failure", "not enough GPU memory", r"Failed to load model - not enough GPU memory",
-         STARTUP_MEMORY, reason="weights", fatal="specific"),
+         STARTUP_MEMORY, "sampler_warmup", "specific"),
+    _sig("failure", "not enough GPU memory", r"Failed to load model - not enough GPU memory", STARTUP_MEMORY,
+         "weights", "specific"),
     _sig("failure", "out of memory",
-         r"(?:OutOfMemoryError|RuntimeError): CUDA out of memory(?:\. Tried to allocate (?P<tried>[\d.]+ [GM]iB))?"
-         r"|CUDA error: out of memory",
+         r"(?:CUDA|HIP|XPU) (?:driver )?(?:error: )?out of memory(?:\. Tried to allocate (?P<tried>[\d.]+ [GM]iB))?",
          STARTUP_MEMORY, fatal="specific", convert=_numbers(tried="str")),
     _sig("failure", "CUBLAS_STATUS_ALLOC_FAILED", r"CUBLAS_STATUS_ALLOC_FAILED", STARTUP_MEMORY, fatal="specific"),
-    _sig("failure", "Error in memory profiling", r"Error in memory profiling", STARTUP_MEMORY,
-         reason="memory_changed", fatal="specific"),
-    # ---- FP8 KV cache on a GPU without native fp8
-    _sig("failure", "fp8", r"does not support fp8 kv-cache on this device|fp8e4nv not supported in this architecture"
+    _sig("failure", "Error in memory profiling", r"Error in memory profiling", STARTUP_MEMORY, "memory_changed",
+         "specific"),
+    # ---- FP8 KV cache (or FP8 kernels) on a GPU without native fp8
+    _sig("failure", "fp8", r"does not support fp8 kv-cache on this device|fp8e4nv (?:data type is )?not supported"
          r"|needs native fp8e4nv", FP8_UNSUPPORTED, fatal="specific"),
     _sig("failure", "not supported with --kv-cache-dtype", r"not supported with --kv-cache-dtype", FP8_UNSUPPORTED,
          fatal="specific"),
-    _sig("failure", "FP8 KV cache", r"FP8 KV cache is not supported by|with FP8 KV cache not yet supported",
-         FP8_UNSUPPORTED, fatal="specific"),
+    _sig("failure", "FP8 KV cache", r"FP8 KV cache is not supported by|with FP8 KV cache not yet supported"
+         r"|FlashAttention V1 with FP8 KV cache", FP8_UNSUPPORTED, fatal="specific"),
     _sig("failure", "kv_cache_dtype not supported", r"kv_cache_dtype not supported", FP8_UNSUPPORTED, fatal="specific"),
-    # ---- KV cache too small for the context
+    # ---- KV cache too small for the context; a wrapped paste keeps its numbers on the next lines
     _sig("failure", "max seq len",
-         rf"To serve at least one request with the models?'s max seq len \((?P<max_model_len>\d+)\), "
-         rf"\((?P<needed_gib>{_GIB}) Gi?B KV cache is needed, which is larger than the available KV cache memory "
-         rf"\((?P<available_kv_gib>{_GIB}) Gi?B\)(?:.*?the estimated maximum model length is (?P<estimated_max_model_len>\d+))?",
+         rf"To serve at least one request with the models?'s {_MAX_SEQ},?\s*(?:{_KV_NEEDED}|\(?(?P<needed_only>{_GIB}) Gi?B)?"
+         r"(?:.*?the estimated maximum model length is (?P<estimated_max_model_len>\d+))?",
          KV_INSUFFICIENT, fatal="specific",
-         convert=_numbers(max_model_len="int", needed_gib="float", available_kv_gib="float",
-                          estimated_max_model_len="int")),
+         convert=lambda g: {**_numbers(max_model_len="int", needed_gib="float", available_kv_gib="float",
+                                        estimated_max_model_len="int")(g),
+                            **({"needed_gib": float(g["needed_only"] or 0)} if g.get("needed_only") else {})}),
     _sig("failure", "maximum number of tokens that can be stored",
-         r"The model's max seq len \((?P<max_model_len>\d+)\) is larger than the maximum number of tokens that can be "
+         rf"The model's {_MAX_SEQ} is larger than the maximum number of tokens that can be "
          r"stored in KV cache \((?P<estimated_max_model_len>\d+)\)",
-         KV_INSUFFICIENT, fatal="specific", convert=_numbers(max_model_len="int", estimated_max_model_len="int")),
+         KV_INSUFFICIENT, fatal="specific",
+         convert=lambda g: {**_numbers(max_model_len="int", estimated_max_model_len="int")(g),
+                            "kv_tokens": _int(g.get("estimated_max_model_len"))}),
+    _sig("kv_detail", "KV cache is needed", rf"^\s*{_KV_NEEDED}",
+         convert=_numbers(needed_gib="float", available_kv_gib="float")),
+    _sig("kv_detail", "larger than the available KV cache memory",
+         rf"larger than the available KV cache memory \((?P<available_kv_gib>{_GIB}) Gi?B\)",
+         convert=_numbers(available_kv_gib="float")),
+    _sig("kv_detail", "estimated maximum model length is", r"estimated maximum model length is (?P<estimated_max_model_len>\d+)",
+         convert=_numbers(estimated_max_model_len="int")),
     # ---- no room at all for KV
     _sig("failure", "No available memory for the cache blocks", r"No available memory for the cache blocks",
          NO_CACHE_BLOCKS, fatal="specific"),
@@ -195,10 +248,14 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("failure", "invalid tool call parser",
          r"invalid tool call parser: (?P<name>\S+) \(chose from \{ ?(?P<valid>[^}]*?) ?\}\)",
          CONFIG, "tool_parser", "specific", _tool_parser),
+    _sig("failure", "error: argument --tool-call-parser",
+         r"error: argument --tool-call-parser: invalid choice: '(?P<name>[^']+)' \(choose from (?P<valid>[^)]*)\)?",
+         CONFIG, "tool_parser", "specific",
+         lambda g: _tool_parser({"name": g.get("name"), "valid": (g.get("valid") or "").replace("'", "")})),
     _sig("failure", "requires --tool-call-parser", r"--enable-auto-tool-choice requires --tool-call-parser",
          CONFIG, "tool_parser", "specific"),
-    _sig("failure", "invalid reasoning parser", r"invalid reasoning parser: (?P<name>\S+)", CONFIG, "reasoning_parser",
-         "specific"),
+    _sig("failure", "easoning parser", r"invalid reasoning parser: (?P<name>\S+)|Reasoning parser '(?P<quoted>[^']+)' "
+         r"not found", CONFIG, "reasoning_parser", "specific"),
     _sig("failure", "unrecognized arguments", r"error: unrecognized arguments: (?P<arguments>.+)", CONFIG,
          "unknown_flag", "specific", _numbers(arguments="str")),
     _sig("failure", "error: argument", r"error: argument (?P<argument>\S+?):? (?P<problem>.+)", CONFIG, "bad_argument",
@@ -209,30 +266,60 @@ SIGNATURES: tuple[Signature, ...] = (
          CONFIG, "max_model_len_above_model", "specific",
          lambda g: {"max_model_len": _int(g.get("max_model_len")),
                     "derived_max_model_len": int(float(g.get("derived_max_model_len") or 0))}),
-    _sig("failure", "gated", r"[Gg]ated ?[Rr]epo|You are trying to access a gated repo|Access to model \S+ is restricted",
+    _sig("failure", "RepositoryNotFoundError", r"RepositoryNotFoundError", CONFIG, "model_not_found", "specific"),
+    # "If you are trying to access a private or gated repo" is Hugging Face's hint under a repository
+    # that does not exist: not a gated model.
+    _sig("failure", "gated", r"(?<!private or )[Gg]ated ?[Rr]epo|Access to model \S+ is restricted",
          CONFIG, "gated_repo", "specific"),
-    _sig("failure", "401 Client Error", r"401 Client Error", CONFIG, "gated_repo", "specific"),
+    _sig("failure", "Client Error", r"40[13] Client Error", CONFIG, "gated_repo", "specific"),
     _sig("failure", "Invalid repository ID", r"Invalid repository ID or local directory specified", CONFIG,
          "model_not_found", "specific"),
-    _sig("failure", "Repo", r"RepositoryNotFoundError|Repo id must be in the form", CONFIG, "model_not_found",
-         "specific"),
+    _sig("failure", "Repo id must be", r"Repo id must be in the form", CONFIG, "model_not_found", "specific"),
     _sig("failure", "model identifier", r"is not a valid model identifier", CONFIG, "model_not_found", "specific"),
     _sig("failure", "couldn't connect to", r"We couldn't connect to '[^']*' to load the files", CONFIG,
          "model_not_found", "specific"),
-    _sig("failure", "ddress already in use", r"\[Errno 98\] (?:error while attempting to bind on address .*: )?"
-         r"[Aa]ddress already in use$", CONFIG, "port_in_use", "specific"),
+    _sig("failure", "not supported for now", r"Model architectures? \[[^\]]*\] (?:are|is) not supported", CONFIG,
+         "unsupported_model", "specific"),
+    _sig("failure", "does not recognize this architecture", r"does not recognize this architecture", CONFIG,
+         "unsupported_model", "specific"),
+    _sig("failure", "ddress already in use", r"(?i)\[errno 98\].*address already in use", CONFIG, "port_in_use",
+         "specific"),
+    _sig("failure", "EADDRINUSE", r"name: EADDRINUSE", CONFIG, "port_in_use", "specific"),
     _sig("failure", "larger than the number of available GPUs",
          r"World size \((?P<world_size>\d+)\) is larger than the number of available GPUs \((?P<gpus>\d+)\)",
-         CONFIG, "not_enough_gpus", "specific", _numbers(world_size="int", gpus="int")),
+         CONFIG, "not_enough_gpus", "specific", _world),
+    _sig("failure", "must be less than or equal to the number of visible devices",
+         r"local_world_size \((?P<world_size>\d+)\) must be less than or equal to the number of visible devices "
+         r"\((?P<gpus>\d+)\)", CONFIG, "not_enough_gpus", "specific", _world),
+    _sig("failure", "exceeds the total number of available GPUs",
+         r"number of required GPUs exceeds the total number of available GPUs", CONFIG, "not_enough_gpus", "specific"),
+    _sig("failure", "Cannot provide a placement group",
+         r"Cannot provide a placement group requiring (?P<world_size>[\d.]+) GPUs", CONFIG, "not_enough_gpus",
+         "specific", _world),
     _sig("failure", "must be divisible by tensor parallel size",
          r"must be divisible by tensor parallel size", CONFIG, "bad_argument", "specific"),
+    _sig("failure", "not supported for quantization method", r"is not supported for quantization method", CONFIG,
+         "bad_argument", "specific"),
+    _sig("failure", "does not match the quantization method",
+         r"Quantization method specified in the model config \(\S+\) does not match the quantization method",
+         CONFIG, "bad_argument", "specific"),
     _sig("failure", "No model specified", r"No model (?:specified|_tag specified)", CONFIG, "bad_argument", "specific"),
-    # ---- engine death; ignored once a shutdown is under way
-    _sig("failure", "EngineDeadError", r"EngineDeadError", ENGINE_DEAD, fatal="specific"),
-    _sig("failure", "encountered a fatal error", r"EngineCore encountered a fatal error", ENGINE_DEAD, fatal="specific"),
-    _sig("failure", "died unexpectedly", r"(?:Engine core|Worker) proc (?P<dead_proc>\S+) died unexpectedly",
+    # ---- engine death; ignored once a shutdown is under way. Anchored at the start of the message: an
+    # exception type or vLLM's own sentence starts it, where text a client sent never stands.
+    _sig("failure", "EngineDeadError", rf"{_ENGINE_EXC}(?:Async)?EngineDeadError\b", ENGINE_DEAD, fatal="specific"),
+    _sig("failure", "encountered a fatal error", r"^\s*EngineCore encountered a fatal error", ENGINE_DEAD,
+         fatal="specific"),
+    _sig("failure", "died unexpectedly", r"^\s*(?:Engine core|Worker) proc (?P<dead_proc>\S+) died unexpectedly",
          ENGINE_DEAD, fatal="specific", convert=_numbers(dead_proc="str")),
     _sig("failure", "engine core exited unexpectedly", r"engine core exited unexpectedly", ENGINE_DEAD, fatal="specific"),
+    _sig("failure", "Engine iteration timed out", r"^\s*Engine iteration timed out", ENGINE_DEAD, fatal="specific"),
+    _sig("failure", "died.", r"Engine process \(pid \d+\) died\.", ENGINE_DEAD, fatal="specific"),
+    _sig("failure", "MQLLMEngine is already dead", r"^\s*MQLLMEngine is already dead", ENGINE_DEAD, fatal="specific"),
+    _sig("failure", "NCCL", rf"{_ENGINE_EXC}\w*Error: NCCL error|ProcessGroupNCCL\S* .*watchdog thread terminated with "
+         r"exception", ENGINE_DEAD, fatal="specific"),
+    _sig("failure", "rror", rf"{_ENGINE_EXC}\w*Error: CUDA error: (?:an illegal (?:memory access|instruction) was "
+         r"encountered|device-side assert triggered|unspecified launch failure)|^\s*Failed: Cuda error \S+ 'an illegal",
+         ENGINE_DEAD, fatal="specific"),
     _sig("failure", "Got fatal signal", r"Got fatal signal from worker processes", ENGINE_DEAD, fatal="generic"),
     # ---- generic start-up failure: the root cause is printed just before or just after
     _sig("failure", "failed to start", r"(?:EngineCore|WorkerProc|Engine process) failed to start", UNKNOWN,
@@ -240,72 +327,6 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("failure", "initialization failed", r"(?:Engine core|WorkerProc) initialization failed", UNKNOWN,
          fatal="generic"),
     _sig("failure", "hit an exception", r"EngineCore hit an exception", UNKNOWN, fatal="generic"),
+    _sig("failure", "please check the stack trace above", r"Worker failed with error .*please check the stack trace",
+         UNKNOWN, fatal="generic"),
 )
-
-# Failure signatures only run on lines that look troubled: every failure vLLM prints is an exception,
-# an error or critical record, or an "unexpectedly"/"failed"/"fatal" line (a WARNING only when it says
-# so). Quiet lines, most of a log, then cost a few substring checks and one fast regex: this keeps
-# classify() well above 200k lines/s on one core (benchmarks/classifier.py).
-_TROUBLE = ("rror", "RROR", "RITICAL", "xception", "failed", "unexpectedly", "fatal", "Reason:")
-_QUIET_SIGNATURES = tuple(sig for sig in SIGNATURES if sig.kind != "failure")
-# A quiet line can only carry a capacity, progress or readiness event if it holds one of these; the
-# alternatives start with rare characters, so the regex engine skips most positions of a line at once.
-_QUIET_GATE = re.compile(r"KV |Maximum concurrency|# |Model loading|Loading|LLM engine|API server version"
-                         r"|vLLM server version|\u2588|Starting|Memory profiling|Capturing|Graph capturing|Warming"
-                         r"|Compil|Download|Fetching|Application startup|Shutting down|\[shutdown\] API|Replace")
-_FAILURE_GATE = re.compile("|".join(sorted({re.escape(sig.needle) for sig in SIGNATURES if sig.kind == "failure"},
-                                           key=len, reverse=True)))
-_EXCEPTION = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt))(?:: (?P<text>.*))?$")
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
-
-
-def normalize(line: str) -> tuple[str | None, str | None, str]:
-    """(process name, level, message) of a raw line, with prefixes and escapes removed."""
-    if "\x1b" in line:
-        line = _ANSI.sub("", line)
-    if "\r" in line:
-        pieces = [piece for piece in line.split("\r") if piece.strip()]
-        line = pieces[-1] if pieces else ""
-    line = line.rstrip("\n")
-    match = _OUTER.match(line)
-    if match is None or match.end() == 0:
-        return None, None, line
-    return match.group("proc"), match.group("level") or match.group("ulevel"), line[match.end():]
-
-
-def classify(line: str) -> LogEvent | None:
-    """The event one raw log line carries, or None for the many lines that say nothing we use."""
-    troubled = False
-    for word in _TROUBLE:
-        if word in line:
-            troubled = True
-            break
-    if _QUIET_GATE.search(line) is None and (not troubled or _FAILURE_GATE.search(line) is None):
-        return _exception(line) if troubled else None
-    normalized: tuple[str | None, str | None, str] | None = None
-    for sig in SIGNATURES if troubled else _QUIET_SIGNATURES:
-        if sig.needle not in line:  # cheap test on the raw line before any regex
-            continue
-        if normalized is None:
-            normalized = normalize(line)
-            if normalized[2].lstrip().startswith(("raise ", "File \"")):
-                return None  # source lines inside tracebacks repeat the message that follows them
-        match = sig.pattern.search(normalized[2])
-        if match:
-            values = sig.convert(match.groupdict()) if sig.convert else _EMPTY
-            return LogEvent(sig.kind, normalized[2].lstrip(), values, sig.failure, sig.reason, sig.fatal,
-                            normalized[0])
-    return _exception(line) if troubled else None
-
-
-def _exception(line: str) -> LogEvent | None:
-    """An exception line (`ValueError: …`): the root cause when no signature matched."""
-    if "Error" not in line and "Exception" not in line:
-        return None
-    proc, level, message = normalize(line)
-    stripped = message.lstrip()
-    if level in (None, "ERROR", "CRITICAL") and not stripped.startswith(("raise ", "File \"")):
-        found = _EXCEPTION.match(stripped)
-        if found:
-            return LogEvent("exception", stripped, MappingProxyType({"type": found.group("type")}), proc=proc)
-    return None

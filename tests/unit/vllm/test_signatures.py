@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from launcher.vllm import signatures
+from launcher.vllm import classify
 
 E = "\x1b"
 
@@ -24,7 +24,7 @@ LINES: list[tuple[str, str, str | None, dict[str, Any]]] = [
     ("INFO 11-29 15:33:01 executor_base.py:111] # cuda blocks: 27306, # CPU blocks: 5461", "gpu_blocks", None,
      {"gpu_blocks": 27306}),
     ("(EngineCore_DP0 pid=1) INFO 11-29 15:33:00 [gpu_worker.py:298] Available KV cache memory: -1.44 GiB",
-     "available_kv", None, {"available_kv_gib": -1.44}),
+     "failure", "no_cache_blocks", {"available_kv_gib": -1.44}),  # negative: the attempt is lost, decide now
     ("(Worker pid=31313) INFO 11-29 15:41:36 [cpu_worker.py:260] Explicitly set (1.0/11.84) GiB for KV cache on "
      "node 0.", "available_kv", None, {"available_kv_gib": 1.0, "total_gib": 11.84}),
     ("INFO 11-29 15:33:00 worker.py:249] model weights take 56.92GiB; non_torch_memory takes 0.41GiB; PyTorch "
@@ -115,15 +115,18 @@ LINES: list[tuple[str, str, str | None, dict[str, Any]]] = [
 
 QUIET = [
     "(APIServer pid=1) WARNING 11-29 [system_utils.py:255] Found ulimit of 20000 and failed to automatically increase",
-    "INFO:     127.0.0.1:35806 - \"GET /health HTTP/1.1\" 200 OK",
     "(APIServer pid=1) INFO 11-29 15:41:38 [launcher.py:195] Route: /v1/models, Methods: GET",
     "(EngineCore pid=1) ERROR 11-29 15:43:46 [core.py:1510]     raise ValueError(",
     "    raise TypeError(\"Error: --enable-auto-tool-choice requires --tool-call-parser\")",
     "(APIServer pid=1) WARNING 11-29 [parallel.py:1] Address already in use. Retrying with a new port.",
     "WARNING 11-29 15:32:41 arg_utils.py:1385] --kv-cache-dtype is not supported by the V1 Engine. Falling back to V0.",
     "(APIServer pid=1) INFO 11-29 15:41:17 [cache.py:361] Using fp8 data type to store kv cache.",
+]
+# Lines that are events, but never failures: the 0.10 memory breakdown of a good start, and client text.
+NOT_FAILURES = [
     "(Worker pid=1) INFO 11-29 15:41:28 [free.py:1] Free memory on device (70.1/79.19 GiB) on startup. Desired GPU "
     "memory utilization is (0.9, 71.27 GiB).",
+    "INFO:     127.0.0.1:35806 - \"GET /health HTTP/1.1\" 200 OK",
 ]
 
 
@@ -131,7 +134,7 @@ class TestClassify:
     @pytest.mark.parametrize(("line", "kind", "failure", "values"), LINES)
     def test_line_becomes_event(self, line: str, kind: str, failure: str | None, values: dict[str, Any]) -> None:
         """Each signature yields its kind, class and numbers, whatever prefix the version wrote."""
-        event = signatures.classify(line)
+        event = classify.classify(line)
         assert event is not None
         assert (kind, failure) == (event.kind, event.failure)
         assert values == {k: event.values[k] for k in values}
@@ -139,21 +142,26 @@ class TestClassify:
     @pytest.mark.parametrize("line", QUIET)
     def test_lines_that_say_nothing_we_use(self, line: str) -> None:
         """Warnings, access logs, traceback source lines and near-misses are not events."""
-        assert signatures.classify(line) is None
+        assert classify.classify(line) is None
+
+    @pytest.mark.parametrize("line", NOT_FAILURES)
+    def test_lines_that_are_never_failures(self, line: str) -> None:
+        event = classify.classify(line)
+        assert event is not None and event.failure is None
 
     def test_config_failures_carry_their_reason(self) -> None:
-        reasons = {line: signatures.classify(line) for line, _, f, _ in LINES if f == "config"}
+        reasons = {line: classify.classify(line) for line, _, f, _ in LINES if f == "config"}
         assert {"tool_parser", "unknown_flag", "max_model_len_above_model", "port_in_use", "gated_repo",
                 "model_not_found"} == {e.reason for e in reasons.values() if e is not None}
 
     def test_fatal_kinds(self) -> None:
         """Specific root causes end an attempt at once; generic lines wait for the root cause."""
-        specific = signatures.classify("ValueError: No available memory for the cache blocks.")
-        generic = signatures.classify("(EngineCore pid=1) ERROR 11-29 15:43:46 [core.py:1] EngineCore failed to start.")
+        specific = classify.classify("ValueError: No available memory for the cache blocks.")
+        generic = classify.classify("(EngineCore pid=1) ERROR 11-29 15:43:46 [core.py:1] EngineCore failed to start.")
         assert specific is not None and "specific" == specific.fatal
         assert generic is not None and "generic" == generic.fatal
 
     def test_normalize_strips_every_prefix(self) -> None:
-        proc, level, message = signatures.normalize(
+        proc, level, message = classify.normalize(
             f"vllm-1  | [rank0]: {E}[0;36m(EngineCore_DP0 pid=7){E}[0;0m ERROR 11-29 15:33:01 [core.py:708] boom\r")
         assert ("EngineCore_DP0", "ERROR", "boom") == (proc, level, message)

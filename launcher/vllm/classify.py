@@ -1,0 +1,146 @@
+"""Apply the signature table to one raw log line: strip its prefixes, refuse text a client wrote, match.
+
+`classify(line)` is pure, fast (it runs on every line vLLM prints) and total: no line, however
+malformed, long or binary, makes it raise, so the log pump that calls it can never die of a line.
+
+Lines are normalised first: ANSI colours and `\\r` continuations stripped, then docker-compose,
+timestamp, `[rank0]:`, `(EngineCore pid=…)` and `LEVEL date [file:line]` prefixes removed.
+
+Only vLLM's own records can carry an event. uvicorn's access log prints request paths as the
+client sent them, and vLLM's request log prints prompts: anyone who can reach the port writes
+those lines, so they never match a signature (`GET /health?x=EngineDeadError` must not restart
+vLLM). A failure signature also ignores INFO and WARNING records unless vLLM really reports that
+failure at INFO (zero KV blocks, negative KV memory).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from launcher.vllm.signatures import SIGNATURES, LogEvent, Signature
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_OUTER = re.compile(
+    r"^(?:>\s?)?"  # a Markdown quote of a pasted log
+    r"(?:[\w.-]+\s*\|\s)?"  # docker-compose: "vllm-1  | "
+    r"(?:\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?\s+)?"  # docker logs -t / ISO timestamps
+    r"(?:\[rank\d+\]:\s?)?"  # torch.distributed
+    r"(?:\((?P<proc>[^)]*?) pid=(?P<pid>\d+)\)\s+)*"  # vLLM process prefix (two when workers' lines interleave)
+    r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d(?: \d\d:\d\d:\d\d(?:[.,]\d+)?)? \[?[^\]\s]+:\d+\] ?"
+    r"|(?P<ulevel>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+)?"  # vLLM logger or uvicorn
+)
+# uvicorn's access log: `127.0.0.1:54321 - "GET /path?query HTTP/1.1" 200 OK` (the path is the client's).
+_ACCESS = re.compile(r'^\s*\S+ - "[A-Z]+ ')
+# vLLM's request log (--enable-log-requests / --enable-log-outputs): prompts and outputs are the client's.
+_REQUEST_LOG = re.compile(r"^\s*(?:Received request|Generated response|Added request|Finished request|"
+                          r"Aborted request|Request \S+ (?:prompt|params))\b")
+_MAX_LINE = 64 * 1024  # vLLM's longest real lines (argument dumps) are a few KiB; beyond this only the head counts
+_QUIET_SIGNATURES = tuple(sig for sig in SIGNATURES if sig.kind != "failure")
+# Most lines of a log carry nothing; two cheap tests turn them away. Python's regex engine skips
+# every position whose character cannot start an alternative, so each gate lists words that begin
+# with rare characters (capitals, `#`, `█`): they run at millions of lines a second.
+# - A failure line holds an error word, or one of the few failure phrases vLLM prints without one.
+# - A capacity, progress or readiness line holds one of the quiet words.
+# tests/unit/vllm/test_classify.py checks, on every real and test line, that the gates change nothing:
+# classify() gives what trying every signature on every line gives.
+_TROUBLE = ("rror", "RROR", "RITICAL", "xception", "failed", "unexpectedly", "fatal", "Reason:", "Interrupt")
+_FAILURE_GATE = re.compile(
+    r"KV cache memory: -|KV Cache is -|# \w+ blocks: 0,|GPU blocks: 0,|The model's max seq len|To serve at least"
+    r"|Cannot access gated|Access to model|Free memory on device|CUDA out of memory|HIP out of memory"
+    r"|Engine iteration timed out|MQLLMEngine is already dead|Engine process \(pid|Worker proc|Engine core proc")
+_QUIET_GATE = re.compile(
+    r"KV |Maximum concurrency|# |GPU blocks|Model loading|Loading|LLM engine|API server version|vLLM server version"
+    r"|\u2588|Starting|Memory profiling|Capturing|Graph capturing|Warming|Compil|Download|Fetching"
+    r"|Application startup|Shutting down|\[shutdown\] API|Replace|Engine 0|Uvicorn running|Free memory"
+    r"|vLLM instance|GiB,? kv_cache_size|Based on the available")
+_EXCEPTION = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt))(?:: (?P<text>.*))?$")
+_QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING"})
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+_REQUEST = LogEvent("request", "")
+_SOURCE_LINES = ("raise ", 'File "', "assert ")
+
+
+def normalize(line: str) -> tuple[str | None, str | None, str]:
+    """(process name, level, message) of a raw line, with prefixes and escapes removed."""
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    if "\r" in line:
+        pieces = [piece for piece in line.split("\r") if piece.strip()]
+        line = pieces[-1] if pieces else ""
+    line = line.rstrip("\n")
+    match = _OUTER.match(line)
+    if match is None or match.end() == 0:
+        return None, None, line
+    return match.group("proc"), match.group("level") or match.group("ulevel"), line[match.end():]
+
+
+def is_client_text(message: str) -> bool:
+    """An access-log or request-log record: its text is whatever a client sent."""
+    return _ACCESS.match(message) is not None or _REQUEST_LOG.match(message) is not None
+
+
+def classify(line: str) -> LogEvent | None:
+    """The event one raw log line carries, or None for the many lines that say nothing we use. Never raises."""
+    try:
+        return _classify(line[:_MAX_LINE])
+    except (ValueError, TypeError, IndexError, KeyError, OverflowError, re.error):
+        return None  # a malformed number or an odd line: no event, and the pump goes on
+
+
+def _classify(line: str) -> LogEvent | None:
+    if (' - "' in line or "equest " in line or "esponse " in line) and is_client_text(normalize(line)[2]):
+        return _REQUEST  # a client's request (access or request log) reached a serving vLLM; its text carries nothing
+    troubled = _troubled(line)
+    if not troubled and _QUIET_GATE.search(line) is None:
+        return None
+    return _match(line, SIGNATURES if troubled else _QUIET_SIGNATURES, troubled)
+
+
+def _match(line: str, signatures: Iterable[Signature], troubled: bool) -> LogEvent | None:
+    proc = level = message = stripped = None
+    for sig in signatures:
+        if sig.needle not in line:  # cheap test on the raw line before any regex
+            continue
+        if stripped is None:
+            proc, level, message = normalize(line)
+            stripped = message.lstrip()
+            if stripped.startswith(_SOURCE_LINES):
+                return None  # traceback source lines repeat the message that follows them
+        if sig.kind == "failure" and level in _QUIET_LEVELS and not sig.any_level:
+            continue
+        found = sig.pattern.search(message or "")
+        if found:
+            values = sig.convert(found.groupdict()) if sig.convert else _EMPTY
+            return LogEvent(sig.kind, stripped, values, sig.failure, sig.reason, sig.fatal, proc)
+    if not troubled:
+        return None
+    if stripped is None:
+        proc, level, message = normalize(line)
+        stripped = message.lstrip()
+    return _exception_event(proc, level, stripped)
+
+
+def classify_every_signature(line: str) -> LogEvent | None:
+    """`classify` without its gates: every signature tried on the line (for tests of the gates)."""
+    if (' - "' in line or "equest " in line or "esponse " in line) and is_client_text(normalize(line)[2]):
+        return _REQUEST
+    return _match(line[:_MAX_LINE], SIGNATURES, True)
+
+
+def _troubled(line: str) -> bool:
+    for word in _TROUBLE:
+        if word in line:
+            return True
+    return _FAILURE_GATE.search(line) is not None
+
+
+def _exception_event(proc: str | None, level: str | None, stripped: str) -> LogEvent | None:
+    """An exception line (`ValueError: …`): the root cause when no signature matched."""
+    if level in (None, "ERROR", "CRITICAL") and not stripped.startswith(_SOURCE_LINES):
+        found = _EXCEPTION.match(stripped)
+        if found:
+            return LogEvent("exception", stripped, MappingProxyType({"type": found.group("type")}), proc=proc)
+    return None
