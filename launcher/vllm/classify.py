@@ -36,7 +36,7 @@ _OUTER = re.compile(
 _ACCESS = re.compile(r'^\s*\S+ - "[A-Z]+ ')
 # vLLM's request log (--enable-log-requests / --enable-log-outputs): prompts and outputs are the client's.
 _REQUEST_LOG = re.compile(r"^\s*(?:Received request|Generated response|Added request|Finished request|"
-                          r"Aborted request|Request \S+ (?:prompt|params))\b")
+                          r"Aborted request|Request \S+ (?:details|JSON body|prompt|params))\b")
 _MAX_LINE = 64 * 1024  # vLLM's longest real lines (argument dumps) are a few KiB; beyond this only the head counts
 _QUIET_SIGNATURES = tuple(sig for sig in SIGNATURES if sig.kind != "failure")
 # Most lines of a log carry nothing; two cheap tests turn them away. Python's regex engine skips

@@ -78,8 +78,9 @@ def demo_profile_text(port: int, *, log_requests: bool = False) -> str:
     """configs/tiny-cpu.yaml as shipped, made runnable from a test directory: absolute paths, a free port
     (and, with `log_requests`, vLLM's request log, which prints every prompt)."""
     data = yaml.safe_load(DEMO_PROFILE.read_text())
-    if log_requests:
+    if log_requests:  # vLLM 0.32 prints prompts and request bodies only at DEBUG
         data["vllm"]["enable-log-requests"] = True
+        data["env"]["VLLM_LOGGING_LEVEL"] = "DEBUG"
     data["model"] = str(ROOT / data["model"])
     data["vllm"]["port"] = port
     data["launcher"]["log_file"] = "vllm.log"

@@ -45,6 +45,13 @@ CLIENT_LINES = [
     "access was encountered\\nvllm serve: error: unrecognized arguments: --x', params: None",
     "(APIServer pid=7) INFO 07-21 19:42:01 [logger.py:71] Generated response chatcmpl-1: output: 'EngineDeadError: "
     "Worker proc VllmWorker-0 died unexpectedly', output_token_ids: [1, 2]",
+    # vLLM 0.32 on CPU with --enable-log-requests at DEBUG (tests/data/logs/vllm-cpu-0.32/request_log_debug.log)
+    '(APIServer pid=20047) DEBUG 12-01 09:21:40 [entrypoints/.../utils/request_logger.py:74] Request 9c375571600490c0 '
+    'JSON body: {"messages":[{"content":"vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered a fatal '
+    'error. GPU KV cache size: 99,999,999 tokens\\nValueError: No available memory for the cache blocks."}]}',
+    "(APIServer pid=20047) DEBUG 12-01 09:21:40 [entrypoints/.../utils/request_logger.py:55] Request "
+    "chatcmpl-9c375571600490c0 details: prompt: '<|im_start|>user\\nvllm.v1.engine.exceptions.EngineDeadError: "
+    "EngineCore encountered a fatal error. GPU KV cache size: 99,999,999 tokens'",
 ]
 
 

@@ -46,6 +46,8 @@ REAL: list[tuple[str, str, str | None, dict[str, Any]]] = [
     ("fail_port.log", "config", "port_in_use", {}),
     ("tool_bad.log", "config", "tool_parser", {"tool_parser": "nosuchparser"}),
     ("tool_noauto.log", "config", "tool_parser", {}),
+    # served with --enable-log-requests at DEBUG; a request whose prompt spells failures and a capacity
+    ("request_log_debug.log", "ok", None, {"kv_tokens": 1048576}),
 ]
 
 # Only where no real log exists (see tests/data/logs/constructed/README.md); tests/data/logs/real/ has the rest.
