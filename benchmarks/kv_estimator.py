@@ -1,77 +1,40 @@
-"""How close `vllm-launch plan`'s KV-token estimate comes to what vLLM really reported.
+"""How close `vllm-launch plan`'s KV-token estimate comes to what vLLM really reported, in and out of sample.
 
-Data: tests/data/kv_observations/observations.yaml, real published start-up logs with
-their GPU, model config and flags. The estimate uses only what an operator has before
-launching (GPU name, config.json, flags, vLLM version). Printed: median and worst relative
-error of kv_tokens, for our estimator and for two baselines computed in the same run:
-"no reserve" (utilization × memory − weights) and GPUStack's rule (weights × 1.2 + 2 GiB).
-Goal: median ≤ 10 %.
+Data: tests/data/kv_observations/observations.yaml, real published start-ups with their GPU, model
+config, flags and version. The estimate uses what an operator has before launching (GPU name,
+config.json, the checkpoint's size, flags, vLLM version). Printed, per start-up and as median and
+worst relative error of kv_tokens:
+- in sample: the reserve terms fitted on every start-up;
+- leave-one-source-out: the terms refitted without each source (a repository or an issue thread),
+  then scored on that source's start-ups;
+- three baselines in the same run: no reserve (utilization × memory − weights), GPUStack's rule
+  (weights × 1.2 + 2 GiB) and a constant 1.3 GiB per GPU.
+Goal: leave-one-source-out median ≤ 5 %, worst ≤ 20 %. `--fit` prints the fitted terms.
 
-    .venv/bin/python benchmarks/kv_estimator.py [--weights-from-log] [--verbose]
+    .venv/bin/python benchmarks/kv_estimator.py [--weights-from-config] [--verbose] [--fit]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from launcher.gpu import catalog  # noqa: E402
-from launcher.plan import capacity, modelinfo  # noqa: E402
-from launcher.units import GIB  # noqa: E402
-from launcher.vllm.versions import semantics  # noqa: E402
-
-DATA = ROOT / "tests" / "data" / "kv_observations"
-
-
-def observations() -> list[dict[str, Any]]:
-    return list(yaml.safe_load((DATA / "observations.yaml").read_text()))
-
-
-def version_of(o: dict[str, Any]) -> str:
-    """The logged version; for the V0 logs that state none, the V0 era their format dates them to."""
-    if o.get("vllm_version"):
-        return str(o["vllm_version"])
-    return "0.6.6" if o.get("engine") == "v0" else "0.10.0"
-
-
-def inputs(o: dict[str, Any], weights_from_log: bool) -> capacity.CapacityInputs:
-    config = json.loads((DATA / o["model_config"]).read_text())
-    arch = modelinfo.arch_from_config(config, o["model"])
-    tp = int(o.get("tensor_parallel_size") or 1)
-    count = int(o.get("gpu_count") or tp)
-    if weights_from_log and o.get("model_loading_gib"):
-        weights, source = int(o["model_loading_gib"] * GIB * tp), "log"
-    else:
-        weights, source = modelinfo.estimate_weight_bytes(arch), "config"
-    model = catalog.lookup(o["gpu"])
-    if model is None:
-        raise SystemExit(f"{o['id']}: GPU {o['gpu']!r} is not in launcher/catalog.py")
-    version = semantics(version_of(o))
-    max_len = int(o.get("max_model_len") or arch.max_position_embeddings or 4096)
-    return capacity.CapacityInputs(
-        arch=arch, weights_bytes=weights, weights_source=source, gpu=catalog.GpuSpec(model, count, "table"),
-        version=version, utilization=float(o["gpu_memory_utilization"]), max_model_len=max_len,
-        kv_cache_dtype=str(o.get("kv_cache_dtype") or "auto"), tensor_parallel_size=tp,
-        enforce_eager=bool(o.get("enforce_eager")), max_num_seqs=o.get("max_num_seqs"),
-        max_num_batched_tokens=o.get("max_num_batched_tokens"), block_size=int(o.get("block_size") or 16))
-
-
-def baselines(i: capacity.CapacityInputs) -> tuple[int, int]:
-    per_token, _ = capacity.kv_bytes_per_token(i.arch, i.kv_cache_dtype, i.tensor_parallel_size)
-    budget = i.gpu.total_bytes * i.utilization
-    weights = i.weights_bytes / i.tensor_parallel_size
-    no_reserve = max(0, int((budget - weights) / per_token))
-    gpustack = max(0, int((budget - weights * 1.2 - 2 * GIB) / per_token))
-    return no_reserve, gpustack
+from launcher.units import GIB, MIB  # noqa: E402
+from tests.kv_observations import (  # noqa: E402
+    cases,
+    constant_reserve,
+    fit,
+    inputs,
+    leave_one_source_out,
+    observations,
+    source_of,
+    summary,
+)
 
 
 def relative(estimate: int, real: int) -> float:
@@ -80,33 +43,49 @@ def relative(estimate: int, real: int) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--weights-from-log", action="store_true",
-                        help="use the log's 'Model loading took X GiB' (as --weights-gib would)")
+    parser.add_argument("--weights-from-config", action="store_true",
+                        help="weights from config.json arithmetic instead of the checkpoint's size")
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--fit", action="store_true", help="print the fitted reserve terms")
     args = parser.parse_args()
-    ours: list[float] = []
-    plain: list[float] = []
-    gpustack: list[float] = []
-    rows = []
-    for o in observations():
-        i = inputs(o, args.weights_from_log)
-        plan = capacity.estimate(i)
-        real = int(o["kv_tokens"])
-        base, stack = baselines(i)
-        ours.append(relative(plan.kv_tokens, real))
-        plain.append(relative(base, real))
-        gpustack.append(relative(stack, real))
-        rows.append((o["id"], real, plan.kv_tokens, ours[-1], o.get("approximate", False)))
+    from_log = not args.weights_from_config
+    scored = cases(from_log)
+    model = fit(scored)
+    loso = leave_one_source_out(scored)
+    by_id = {o["id"]: o for o in observations()}
+    baselines: dict[str, list[float]] = {"no reserve": [], "GPUStack (weights x 1.2 + 2 GiB)": [],
+                                         "constant 1.3 GiB per GPU": []}
+    for case in scored:
+        i = inputs(by_id[case.ident], from_log)
+        baselines["no reserve"].append(relative(constant_reserve(i, 0), case.real))
+        weights = i.weights_bytes / (i.tensor_parallel_size * i.pipeline_parallel_size)
+        baselines["GPUStack (weights x 1.2 + 2 GiB)"].append(
+            relative(constant_reserve(i, int(weights * 0.2 + 2 * GIB)), case.real))
+        baselines["constant 1.3 GiB per GPU"].append(relative(constant_reserve(i, int(1.3 * GIB)), case.real))
     if args.verbose:
-        for ident, real, est, err, approx in rows:
-            print(f"  {ident:44s} real {real:>10,}  estimate {est:>10,}  error {err:6.1%}{'  (approximate)' if approx else ''}")
-    median, worst = statistics.median(ours), max(ours)
-    print(f"observations: {len(ours)} real vLLM logs; weights from {'the log' if args.weights_from_log else 'config.json'}")
-    print(f"vllm-launch estimator: median error {median:.1%}, worst {worst:.1%}")
-    print(f"baseline, no reserve:  median error {statistics.median(plain):.1%}, worst {max(plain):.1%}")
-    print(f"baseline, GPUStack:    median error {statistics.median(gpustack):.1%}, worst {max(gpustack):.1%}")
-    print(f"ratio (ours / no-reserve baseline, median): {median / statistics.median(plain):.2f}")
-    print(f"goal median <= 10%: {'met' if median <= 0.10 else 'NOT met'}")
+        for case in scored:
+            print(f"  {case.ident:48s} {case.regime:13s} real {case.real:>10,}  in-sample {case.error(model):6.1%}  "
+                  f"out-of-sample {loso[case.ident]:6.1%}")
+        excluded = [o for o in observations() if o.get("excluded_from_accuracy")]
+        for o in excluded:
+            print(f"  (not scored) {o['id']}: {o['excluded_from_accuracy']}")
+    sources = {source_of(c) for c in scored}
+    weights = "config.json" if args.weights_from_config else "the checkpoint size the log shows"
+    print(f"observations: {len(scored)} scored real start-ups from {len(sources)} sources "
+          f"({len(observations())} in the data); weights from {weights}")
+    in_median, in_worst = summary(c.error(model) for c in scored)
+    out_median, out_worst = summary(loso.values())
+    print(f"vllm-launch, in sample:              median {in_median:5.1%}, worst {in_worst:5.1%}")
+    print(f"vllm-launch, leave-one-source-out:   median {out_median:5.1%}, worst {out_worst:5.1%}")
+    for name, errors in baselines.items():
+        median, worst = summary(errors)
+        print(f"baseline, {name + ':':33s} median {median:5.1%}, worst {worst:5.1%}")
+    constant = statistics.median(baselines["constant 1.3 GiB per GPU"])
+    print(f"ratio (ours out of sample / constant-reserve baseline, median): {out_median / constant:.2f}")
+    print(f"goal median <= 5%, worst <= 20% out of sample: {'met' if out_median <= 0.05 and out_worst <= 0.20 else 'NOT met'}")
+    if args.fit:
+        terms = ", ".join(f"{name}={getattr(model, name) // MIB} MiB" for name in model.__dataclass_fields__)
+        print(f"fitted: {terms}")
     return 0
 
 

@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "previous run's \"Model loading took X GiB\"")
     plan.add_argument("--vllm-version", metavar="V", help="plan for this vLLM version (default: installed, else "
                       "the newest known)")
+    plan.add_argument("--from-log", metavar="FILE", help="calibrate from an existing vLLM log of this setup (its "
+                      "logged KV memory), e.g. /workspace/vllm.log")
     _add_set(plan)
     plan.add_argument("--json", action="store_true", help="machine-readable output (stable keys)")
 
@@ -102,7 +104,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     report = run_plan(PlanRequest(
         profile=args.profile, sets=tuple(args.sets), gpu=args.gpu, gpu_inventory=args.gpu_inventory,
-        model_config=args.model_config, weights_gib=args.weights_gib, vllm_version=args.vllm_version))
+        model_config=args.model_config, weights_gib=args.weights_gib, vllm_version=args.vllm_version,
+        from_log=args.from_log))
     if args.json:
         _print_json(report.to_dict())
     else:

@@ -20,6 +20,9 @@ class GpuModel:
     # Share of NVML's total that CUDA (and so vLLM's `total × utilization`) sees; the driver
     # reserves the rest. Measured from published vLLM logs where known, else a typical value.
     cuda_visible: float = 0.985
+    # The SXM parts sit on NVLink/NVSwitch: vLLM enables its custom all-reduce there (custom_all_reduce.py
+    # checks full NVLink connectivity) and NCCL opens many more channels, each with buffers per peer.
+    fabric: bool = False
 
     @property
     def cuda_total_bytes(self) -> int:
@@ -55,13 +58,14 @@ GPU_TABLE: dict[str, GpuModel] = {g.name: g for g in (
     GpuModel("a40", 46068, (8, 6), 0.987),
     GpuModel("rtx-a6000", 49140, (8, 6), 0.988),
     GpuModel("rtx-a5000", 24564, (8, 6), 0.985),
-    GpuModel("a100-40gb", 40960, (8, 0), 0.970),
-    GpuModel("a100-80gb", 81920, (8, 0), 0.989),
-    GpuModel("h100", 81559, (9, 0), 0.994),
+    GpuModel("a100-40gb", 40960, (8, 0), 0.970, fabric=True),
+    GpuModel("a100-80gb", 81920, (8, 0), 0.989, fabric=True),
+    GpuModel("h100", 81559, (9, 0), 0.994, fabric=True),
     GpuModel("h100-nvl", 95830, (9, 0), 0.994),
-    GpuModel("h200", 143771, (9, 0), 0.995),
-    GpuModel("b200", 183359, (10, 0), 0.995),
+    GpuModel("h200", 143771, (9, 0), 0.995, fabric=True),
+    GpuModel("b200", 183359, (10, 0), 0.995, fabric=True),
     GpuModel("rtx3090", 24576, (8, 6), 0.980),
+    GpuModel("rtx3050-laptop", 4096, (8, 6), 0.960),
     GpuModel("rtx4080", 16376, (8, 9), 0.980),
     GpuModel("rtx4090", 24564, (8, 9), 0.985),
     GpuModel("rtx5090", 32607, (12, 0), 0.985),

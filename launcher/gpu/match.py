@@ -35,7 +35,7 @@ def device_model(device: GpuDevice) -> GpuModel:
     mib = device.total_bytes // MIB
     model = GpuModel(table.name if table else device.name, mib, device_cc(device) or (0, 0))
     if table is not None:
-        model = replace(model, cuda_visible=table.cuda_visible)
+        model = replace(model, cuda_visible=table.cuda_visible, fabric=table.fabric)
     cuda_total = device.cuda_total_bytes
     if cuda_total is not None and mib and abs(model.cuda_total_bytes - cuda_total) > MIB:
         model = replace(model, cuda_visible=cuda_total / (mib * MIB))

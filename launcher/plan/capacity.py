@@ -1,10 +1,11 @@
 """How many KV-cache tokens a profile gets on a GPU, before launching anything.
 
-Pure arithmetic (docs/capacity.md): per-token KV bytes exactly as vLLM
-sizes its cache; weights from safetensors or config arithmetic; a non-KV reserve
-(activation peak of the profiling batch, sampler, non-torch memory, CUDA graphs)
-from a small model calibrated on published vLLM logs (benchmarks/kv_estimator.py
-prints its error). The numbers a live log reports always win over these.
+Pure arithmetic (docs/capacity.md): per-token KV bytes exactly as vLLM sizes its cache;
+weights from safetensors or config arithmetic; and the non-KV reserve term by term as
+vLLM's profiling computes it (the profiling pass's activation peak, read from vLLM's code),
+plus the few terms its code does not fix, fitted on real start-ups (ReserveModel). Every
+estimate carries its measured out-of-sample error. The numbers a live log reports always
+win over these.
 """
 
 from __future__ import annotations
@@ -28,18 +29,64 @@ _SUBBYTE_KV = {"int4_per_token_head": 0.5, "nvfp4": 0.5625, "nvfp4_4over6": 0.56
                "turboquant_3bit_nc": 0.375, "octave_k3v4": 0.4375, "octave_k3v3": 0.375,
                "octave_k3v3_compact": 0.375, "ultraquant_4bit": 0.5}
 
-# Reserve model (calibrated against tests/data/kv_observations; see benchmarks/kv_estimator.py).
-NON_TORCH_TP1 = GIB // 10  # cuBLAS workspace, CUDA context growth (logs show 0.02-0.07 GiB)
-NON_TORCH_MULTI = int(0.6 * GIB)  # plus NCCL and custom all-reduce buffers
-# The V1 sampler warm-up (max_num_seqs requests over the whole vocabulary: fp32 logits, softmax,
-# an int64 sort for top-p/top-k) peaks near 32 bytes per (sequence × vocabulary entry); V0's near 4.
-SAMPLER_BYTES_V1 = 32
-SAMPLER_BYTES_V0 = 4
-MOE_WORKSPACE_TOKENS = 4  # fused-MoE caches hold this many expert activations per routed token
-CUDAGRAPH_PER_LAYER = 16 * MIB  # graph memory estimate per layer (vLLM ≥ 0.20 subtracts it from the budget)
-# FP8 MoE checkpoints need more non-KV memory per GPU than their activations explain: both published
-# Qwen3-235B-A22B-FP8 logs (H100, TP4 and TP8) show ~2.35 GiB more per GPU, whatever the TP size.
-FP8_MOE_WORKSPACE = int(2.35 * GIB)
+# ---- The non-KV reserve, term by term, as vLLM's own profiling computes it (docs/capacity.md).
+# vLLM measures, per GPU: weights + the peak of one profiling pass + non-torch memory (+ from 0.20 its
+# CUDA-graph estimate), and gives the rest of utilization × total to the KV cache
+# (vllm/v1/worker/gpu_worker.py determine_available_memory, 0.9.2–0.32.0; V0:
+# vllm/worker/worker.py determine_num_available_blocks, 0.5–0.7).
+#
+# The profiling pass (vllm/v1/worker/gpu_model_runner.py profile_run, 0.9.2–0.32.0): one dummy forward
+# of max_num_batched_tokens tokens, then the sampler over min(max_num_seqs, max_num_batched_tokens)
+# requests, each over the whole vocabulary. Its peak is the larger of the two (the forward's tensors
+# are freed before the sampler runs; its output hidden states stay).
+#
+# Sampler bytes per (request × vocabulary entry), from vllm/v1/sample (sampler.py, ops/topk_topp_sampler.py).
+# Both paths start from the model-dtype logits (2) and their fp32 copy (4). The dummy run sets top-k and
+# top-p; PyTorch's path then sorts: values and int64 indices in and out of the radix sort (4 + 4 + 8 + 8),
+# softmax probabilities (4) and two boolean masks (2). FlashInfer samples from the logits in place.
+# Which one runs is vLLM's default per version (VersionSemantics.sampler_sorts): a published 0.10.2 H100
+# breakdown with the sort (1,024 × 151,936 entries → 5.58 GiB peak activation, 38 B each) and RTX 4090 and
+# A100 ones without it (256 × 151,936 → 0.17 and 0.23 GiB, about 6 B) bracket these two figures.
+SAMPLER_BYTES_SORT = 36
+SAMPLER_BYTES_IN_PLACE = 6
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveModel:
+    """The terms vLLM's code does not fix, per GPU, as fitted on real start-ups.
+
+    The defaults are the fit of `benchmarks/kv_estimator.py --fit` over tests/data/kv_observations
+    (32 start-ups from 25 sources are scored; tests/unit/plan/test_capacity_accuracy.py checks that the
+    defaults are that fit). Each term is decided by start-ups from at least three sources.
+    """
+
+    # Memory outside torch's allocator. V1 measures from a snapshot taken after the CUDA context exists,
+    # and its logged "non-torch memory" is 0.02-0.07 GiB on one GPU: the fit finds 0 (17 start-ups, 14
+    # sources). V0 counts every non-torch allocation since the process started, the CUDA context
+    # included (vllm/worker/worker.py determine_num_available_blocks): 6 start-ups, 5 sources.
+    non_torch_base: int = 0
+    non_torch_base_v0: int = 304 * MIB
+    # NCCL's buffers, per other rank a GPU talks to. GPUs on NVLink/NVSwitch get many channels
+    # and vLLM's custom all-reduce buffers (9 multi-GPU start-ups, 7 sources); over PCIe NCCL opens a few
+    # channels and the fit over 4 sources finds no cost, so it is not a term.
+    per_peer_fabric: int = 144 * MIB
+    per_peer_pcie: int = 0
+    # vLLM ≥ 0.20 takes its CUDA-graph estimate out of the budget (0.1-0.7 GiB in the logs that print it);
+    # over the start-ups of those versions with graphs (3 sources) the fit finds it below the noise: 0.
+    cudagraph_per_layer: int = 0
+    # MoE layers with FP8 weights (vLLM's Fp8MoEMethod, its own kernels and workspaces) lose more than their
+    # caches explain before 0.22, which bounds the allocator's splits during profiling because "a later
+    # small allocation can be carved out of a freed multi-GiB block and pin the whole segment"
+    # (gpu_worker.py, 0.22+). Three sources: two Qwen3-235B-A22B-FP8 start-ups (4 and 8 H100s) and the
+    # Qwen3-Coder L40S guide.
+    fp8_moe_workspace: int = 2560 * MIB
+
+
+RESERVE = ReserveModel()
+FP8_WEIGHTS = frozenset({"fp8", "fbgemm_fp8", "w8a8_fp8", "modelopt"})
+# Measured uncertainty of the estimate, by regime: the 80th percentile of the leave-one-source-out error,
+# rounded up (`benchmarks/kv_estimator.py`; tests/unit/plan/test_capacity_accuracy.py checks them).
+ERROR_RANGE = {"v0": 0.06, "v1": 0.06, "v1-multi-gpu": 0.06}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +106,8 @@ class CapacityInputs:
     enforce_eager: bool = False
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
+    enable_chunked_prefill: bool | None = None  # None: vLLM's default for the version and context
+    multimodal: bool = False
     block_size: int = 16
     explicit_kv_bytes: int | None = None  # --kv-cache-memory-bytes, or VLLM_CPU_KVCACHE_SPACE on CPU
 
@@ -80,12 +129,30 @@ class CapacityPlan:
     max_model_len: int
     sessions: float
     verdict: str  # fits, context_too_long, weights_do_not_fit
+    error_range: float = 0.0  # relative uncertainty of kv_tokens, measured out of sample for this regime
+    basis: str = "estimated"  # or "measured on this box (…)" when a real start-up calibrated it
     warnings: tuple[str, ...] = field(default_factory=tuple)
     assumptions: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def full_sessions(self) -> int:
         return int(self.sessions)
+
+    @property
+    def kv_tokens_low(self) -> int:
+        return int(self.kv_tokens * (1 - self.error_range))
+
+    @property
+    def kv_tokens_high(self) -> int:
+        return int(self.kv_tokens * (1 + self.error_range))
+
+    @property
+    def sessions_low(self) -> float:
+        return self.kv_tokens_low / self.max_model_len if self.max_model_len else 0.0
+
+    @property
+    def sessions_high(self) -> float:
+        return self.kv_tokens_high / self.max_model_len if self.max_model_len else 0.0
 
 
 def kv_dtype_bytes(kv_cache_dtype: str, arch: ModelArch) -> float:
@@ -128,23 +195,77 @@ def kv_bytes_per_token(arch: ModelArch, kv_cache_dtype: str = "auto", tensor_par
     return int((layers - sliding) * per_layer + sliding * per_layer * held), False
 
 
-def activation_bytes(arch: ModelArch, batched_tokens: int, max_num_seqs: int, tensor_parallel_size: int,
-                     sampler_bytes: int = SAMPLER_BYTES_V1) -> int:
-    """Peak torch memory of vLLM's profiling run: one batch of activations plus the sampler warm-up."""
+def v0_batched_tokens(max_model_len: int, chunked_prefill: bool | None, multimodal: bool) -> int:
+    """V0's profiling batch (vllm/config.py SchedulerConfig and engine/arg_utils.py, 0.6.3): chunked
+    prefill, on by default above 32K of context for text models, profiles 512 tokens; without it,
+    a full-length sequence (at least 2,048 tokens; 5,120 for multimodal models)."""
+    if chunked_prefill is None:
+        chunked_prefill = max_model_len > 32768 and not multimodal
+    tokens = 512 if chunked_prefill else max(max_model_len, 2048)
+    return max(tokens, 5120) if multimodal else tokens
+
+
+def forward_peak_bytes(arch: ModelArch, tokens: int, tensor_parallel_size: int) -> int:
+    """Peak of one dummy forward pass over `tokens` tokens, per GPU: the largest layer's live tensors.
+
+    Each phase holds three hidden-size tensors (the layer's input, the residual and the normed
+    input: the fused add-RMSNorm returns two new ones); attention adds q/k/v and its output, the MLP
+    gate_up (2 × intermediate) and the activation (1 ×). A real V0 pair checks the slope: Llama-3.1-8B
+    profiled at 20,000 and 29,000 tokens on an RTX 3090 (vLLM issue 10517) peaked 0.92 GiB apart;
+    (3 × 4,096 + 3 × 14,336) × 2 B × 9,000 tokens = 0.93 GiB. A fused MoE layer
+    holds, per routed token, one cache for gate_up and the down projection's output (they reuse it:
+    max(2N, H)) and one for the activation (N) (vllm/model_executor/layers/fused_moe/fused_moe.py,
+    fused_experts_impl, 0.11), plus the shared expert's MLP.
+    """
     tp = tensor_parallel_size
     hidden = arch.hidden_size
+    attention = hidden + (arch.num_heads + 2 * arch.num_kv_heads) * arch.head_dim // tp
     if arch.is_moe:
-        mlp = batched_tokens * arch.experts_per_token * 2 * arch.moe_intermediate_size * MOE_WORKSPACE_TOKENS // tp
-        mlp += batched_tokens * 2 * arch.intermediate_size // tp if arch.dense_layers else 0
+        n = arch.moe_intermediate_size // tp
+        mlp = arch.experts_per_token * (max(2 * n, hidden) + n) + 3 * arch.shared_expert_intermediate_size // tp
+        if arch.dense_layers:
+            mlp = max(mlp, 3 * arch.intermediate_size // tp)
     else:
-        mlp = batched_tokens * 3 * arch.intermediate_size // tp
-    qkv = batched_tokens * (arch.num_heads + 2 * arch.num_kv_heads) * arch.head_dim // tp
-    residual = batched_tokens * 4 * hidden
-    sampler = max_num_seqs * arch.vocab_size * sampler_bytes
-    return int((mlp + qkv + residual) * arch.dtype_bytes + sampler)
+        mlp = 3 * arch.intermediate_size // tp
+    return int(tokens * (3 * hidden + max(attention, mlp)) * arch.dtype_bytes)
 
 
-def estimate(inputs: CapacityInputs) -> CapacityPlan:
+def sampler_peak_bytes(arch: ModelArch, requests: int, tokens: int, sorts: bool = True) -> int:
+    """The sampler warm-up of the profiling pass, with the forward's output hidden states still alive."""
+    per_entry = SAMPLER_BYTES_SORT if sorts else SAMPLER_BYTES_IN_PLACE
+    return int(requests * arch.vocab_size * per_entry + tokens * arch.hidden_size * arch.dtype_bytes)
+
+
+def activation_bytes(arch: ModelArch, batched_tokens: int, max_num_seqs: int, tensor_parallel_size: int,
+                     sampler_sorts: bool = True) -> int:
+    """Peak torch memory of vLLM's profiling pass: the larger of the forward and the sampler warm-up
+    (over min(max_num_seqs, batched tokens) requests: gpu_model_runner._dummy_run)."""
+    requests = min(max_num_seqs, batched_tokens)
+    return max(forward_peak_bytes(arch, batched_tokens, tensor_parallel_size),
+               sampler_peak_bytes(arch, requests, batched_tokens, sampler_sorts))
+
+
+def peers(tensor_parallel_size: int, pipeline_parallel_size: int) -> int:
+    """The ranks one GPU exchanges tensors with: the rest of its TP group, and a neighbouring stage."""
+    return (tensor_parallel_size - 1) + (1 if pipeline_parallel_size > 1 else 0)
+
+
+def non_torch_bytes(tensor_parallel_size: int, pipeline_parallel_size: int, fabric: bool, v0: bool = False,
+                    reserve: ReserveModel = RESERVE) -> int:
+    """Memory outside torch's allocator: a base per GPU, and NCCL buffers per peer."""
+    per_peer = reserve.per_peer_fabric if fabric else reserve.per_peer_pcie
+    base = reserve.non_torch_base_v0 if v0 else reserve.non_torch_base
+    return base + per_peer * peers(tensor_parallel_size, pipeline_parallel_size)
+
+
+def error_range(version: VersionSemantics, tensor_parallel_size: int, pipeline_parallel_size: int) -> float:
+    """The relative uncertainty of an estimate in this regime (measured out of sample)."""
+    if version.engine == "v0":
+        return ERROR_RANGE["v0"]
+    return ERROR_RANGE["v1-multi-gpu" if tensor_parallel_size * pipeline_parallel_size > 1 else "v1"]
+
+
+def estimate(inputs: CapacityInputs, reserve: ReserveModel = RESERVE) -> CapacityPlan:
     """The KV budget and token capacity per the version's budget rule."""
     arch, version, gpu = inputs.arch, inputs.version, inputs.gpu
     tp, pp = inputs.tensor_parallel_size, inputs.pipeline_parallel_size
@@ -153,22 +274,21 @@ def estimate(inputs: CapacityInputs) -> CapacityPlan:
     seqs_default, batched_default = version.default_batching(gpu.total_bytes / GIB, gpu.model.name)
     max_num_seqs = inputs.max_num_seqs or seqs_default
     batched = inputs.max_num_batched_tokens or batched_default
-    if version.engine == "v0" and inputs.max_num_batched_tokens is None and inputs.max_model_len <= 32768:
-        batched = max(inputs.max_model_len, 2048)  # V0 profiles a full-length sequence without chunked prefill
+    if version.engine == "v0" and inputs.max_num_batched_tokens is None:
+        batched = v0_batched_tokens(inputs.max_model_len, inputs.enable_chunked_prefill, inputs.multimodal)
     per_token, exact = kv_bytes_per_token(arch, inputs.kv_cache_dtype, tp, pp, inputs.max_model_len, batched)
     if not exact:
         assumptions.append("KV bytes per token are approximate (sliding-window layers or a sub-byte KV dtype)")
     weights_per_gpu = inputs.weights_bytes // (tp * pp)
     budget = int(gpu.total_bytes * inputs.utilization)
-    activation = activation_bytes(arch, batched, max_num_seqs, tp,
-                                  SAMPLER_BYTES_V1 if version.engine == "v1" else SAMPLER_BYTES_V0)
-    if arch.is_moe and arch.quant_method in ("fp8", "fbgemm_fp8", "w8a8_fp8"):
-        activation += FP8_MOE_WORKSPACE
-        assumptions.append("FP8 MoE workspace of 2.35 GiB per GPU (calibrated on published Qwen3-235B-A22B-FP8 logs)")
-    non_torch = NON_TORCH_TP1 if tp * pp == 1 else NON_TORCH_MULTI
+    activation = activation_bytes(arch, batched, max_num_seqs, tp, version.sampler_sorts)
+    non_torch = non_torch_bytes(tp, pp, gpu.model.fabric, version.engine == "v0", reserve)
+    if arch.is_moe and arch.quant_method in FP8_WEIGHTS and not version.bounds_profiling_splits:
+        activation += reserve.fp8_moe_workspace
+        assumptions.append(f"FP8 MoE workspace {reserve.fp8_moe_workspace / GIB:.2f} GiB per GPU (vLLM < 0.22)")
     graphs = 0
     if version.cudagraphs_in_budget and not inputs.enforce_eager:
-        graphs = CUDAGRAPH_PER_LAYER * math.ceil(arch.num_layers / pp)
+        graphs = reserve.cudagraph_per_layer * math.ceil(arch.num_layers / pp)
     if inputs.explicit_kv_bytes is not None:
         kv_budget = inputs.explicit_kv_bytes
         assumptions.append("KV memory is set explicitly; utilization does not size it")
@@ -208,7 +328,7 @@ def estimate(inputs: CapacityInputs) -> CapacityPlan:
         weights_per_gpu_bytes=weights_per_gpu, budget_bytes=budget, activation_bytes=activation,
         non_torch_bytes=non_torch, cudagraph_bytes=graphs, kv_budget_bytes=kv_budget, kv_tokens=kv_tokens,
         max_model_len=inputs.max_model_len, sessions=round(sessions, 2), verdict=verdict,
-        warnings=tuple(warnings), assumptions=tuple(assumptions),
+        error_range=error_range(version, tp, pp), warnings=tuple(warnings), assumptions=tuple(assumptions),
     )
 
 
@@ -228,6 +348,12 @@ def explicit_kv_bytes(profile: Profile, flags_: Mapping[str, FlagValue]) -> int 
 
 def capacity_for(profile: Profile, plan: Plan, gpu: GpuSpec, version: VersionSemantics,
                  files: modelinfo.ModelFiles, weights_gib: float | None) -> CapacityPlan:
+    return estimate(capacity_inputs(profile, plan, gpu, version, files, weights_gib))
+
+
+def capacity_inputs(profile: Profile, plan: Plan, gpu: GpuSpec, version: VersionSemantics,
+                    files: modelinfo.ModelFiles, weights_gib: float | None) -> CapacityInputs:
+    """What the estimate needs, from the profile, its argv plan, the GPU, the version and the model's files."""
     arch = modelinfo.arch_from_config(files.config, profile.model)
     if weights_gib is not None:
         weights, source = int(weights_gib * GIB), "--weights-gib"
@@ -237,7 +363,7 @@ def capacity_for(profile: Profile, plan: Plan, gpu: GpuSpec, version: VersionSem
         weights, source = modelinfo.estimate_weight_bytes(arch), "config.json arithmetic (an estimate)"
     fl = plan.flags
     max_len = plan.max_model_len or arch.max_position_embeddings or 2048
-    return estimate(CapacityInputs(
+    return CapacityInputs(
         arch=arch, weights_bytes=weights, weights_source=source, gpu=gpu, version=version,
         utilization=plan.utilization or version.default_utilization, max_model_len=max_len,
         kv_cache_dtype=plan.kv_cache_dtype,
@@ -248,4 +374,6 @@ def capacity_for(profile: Profile, plan: Plan, gpu: GpuSpec, version: VersionSem
         if isinstance(fl.get("max-num-batched-tokens"), int) else None,
         block_size=int(fl.get("block-size", 16)),  # type: ignore[arg-type]
         explicit_kv_bytes=explicit_kv_bytes(profile, fl),
-    ))
+        enable_chunked_prefill=chunked if isinstance(chunked := fl.get("enable-chunked-prefill"), bool) else None,
+        multimodal=any(k in files.config for k in ("vision_config", "audio_config")),
+    )

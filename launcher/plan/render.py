@@ -41,9 +41,11 @@ def plan_text(report: PlanReport) -> str:
                         f"CUDA graphs {_gib(cap.cudagraph_bytes)}"),
             ("KV cache", f"{_gib(max(cap.kv_budget_bytes, 0))} per GPU at {cap.kv_bytes_per_token:,} B/token"
                          f"{'' if cap.kv_bytes_exact else ' (approximate)'}"),
-            ("KV tokens", f"{cap.kv_tokens:,}"),
+            ("KV tokens", f"{cap.kv_tokens:,} (±{cap.error_range:.0%}: {cap.kv_tokens_low:,}–{cap.kv_tokens_high:,}; "
+                          + ("the measured error of such estimates)" if cap.basis == "estimated" else f"{cap.basis})")),
             ("sessions", f"{cap.full_sessions} full sessions of {cap.max_model_len:,} tokens "
-                         f"({cap.sessions:.2f}x concurrency)"),
+                         f"({cap.sessions:.2f}x concurrency; {cap.sessions_low:.2f}–{cap.sessions_high:.2f} "
+                         "within the range)"),
             ("verdict", cap.verdict),
         ]
         if p.launcher.require.min_sessions is not None:

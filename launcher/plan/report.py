@@ -23,13 +23,15 @@ from launcher.gpu.detect import detect
 from launcher.gpu.inventory import GpuInventory, GpuProbe
 from launcher.gpu.inventory_file import FakeProbe
 from launcher.gpu.match import gpu_spec, host_gpu, inventory_from_spec
-from launcher.plan import modelinfo
-from launcher.plan.capacity import CapacityPlan, capacity_for
+from launcher.plan import calibration, modelinfo
+from launcher.plan.capacity import CapacityPlan, capacity_for, capacity_inputs
 from launcher.plan.hostfacts import HostFacts, host_facts
 from launcher.plan.preflight import evaluate, evaluate_inventory
 from launcher.plan.problems import PreflightResult, Problem
+from launcher.statedir import state_root
 from launcher.vllm import command, install
 from launcher.vllm.command import Plan
+from launcher.vllm.diagnose import diagnose_lines
 from launcher.vllm.install import resolve_version
 from launcher.vllm.versions import VersionSemantics, semantics
 
@@ -91,6 +93,9 @@ class PlanReport:
                                   "cuda_graphs": cap.cudagraph_bytes},
                 "kv_budget_bytes": cap.kv_budget_bytes,
                 "kv_tokens": cap.kv_tokens,
+                "kv_tokens_range": [cap.kv_tokens_low, cap.kv_tokens_high],
+                "capacity_basis": cap.basis,
+                "error_range": cap.error_range,
                 "sessions": cap.sessions,
                 "full_sessions": cap.full_sessions,
                 "verdict": cap.verdict,
@@ -125,6 +130,7 @@ class PlanRequest:
     model_config: str | None = None
     weights_gib: float | None = None
     vllm_version: str | None = None
+    from_log: str | None = None
 
 
 def run_plan(request: PlanRequest, environ: Mapping[str, str] | None = None) -> PlanReport:
@@ -179,6 +185,8 @@ def run_plan(request: PlanRequest, environ: Mapping[str, str] | None = None) -> 
             overrides.update(result.overrides)
             plan = command.build_plan(prof, overrides, vllm_bin=vllm_bin, catalog=catalog)
             cap = capacity_for(prof, plan, gpu, version, files, request.weights_gib) if files and gpu else None
+    if cap is not None and files is not None and gpu is not None and gpu.source != "host":
+        cap = _calibrated(prof, plan, gpu, version, files, request, cap, environ)
     required = prof.launcher.require.min_sessions
     if cap is not None and required is not None and cap.sessions < required:
         warnings.append(f"the estimate gives {cap.sessions:.2f} sessions of {cap.max_model_len:,}, below "
@@ -188,6 +196,31 @@ def run_plan(request: PlanRequest, environ: Mapping[str, str] | None = None) -> 
                       version_source=version_source, catalog=catalog,
                       model_config_source=files.config_source if files else None, changes=changes,
                       problems=problems, warnings=tuple(warnings))
+
+
+def _calibrated(prof: Profile, plan: Plan, gpu: GpuSpec, version: VersionSemantics, files: modelinfo.ModelFiles,
+                request: PlanRequest, cap: CapacityPlan, environ: Mapping[str, str]) -> CapacityPlan:
+    """The estimate replaced by what a real start-up measured: an existing log, or this box's records."""
+    inputs = capacity_inputs(prof, plan, gpu, version, files, request.weights_gib)
+    record_key = calibration.key(gpu.model.name, gpu.count, version.version, prof.model, plan.flags)
+    if request.from_log:
+        try:
+            with open(request.from_log, encoding="utf-8", errors="replace") as handle:
+                numbers = diagnose_lines(handle).numbers
+        except OSError as exc:
+            raise UsageError(f"--from-log {request.from_log}: cannot read it ({exc.strerror})") from None
+        record = calibration.measured(numbers, record_key=record_key, vllm_version=version.version,
+                                      utilization=inputs.utilization, max_model_len=inputs.max_model_len,
+                                      source=request.from_log)
+        if record is None:
+            raise UsageError(f"--from-log {request.from_log}: the log holds no 'Available KV cache memory' and "
+                             "'KV cache size' lines (vLLM prints them once the engine sized its cache); pass the "
+                             "log of a start-up that got that far")
+    else:
+        record = calibration.matching(calibration.load(state_root(environ) / prof.name).values(), record_key)
+        if record is None:
+            return cap
+    return calibration.predict(inputs, record, cap)
 
 
 def run_preflight(profile_path: str | None, *, sets: Sequence[str] = (), inventory_path: str | None = None,

@@ -88,6 +88,7 @@ def _run(session: Session, directory: Path, previous: Any) -> int:
     prelaunch.stop_recorded_leftovers(previous)
     prelaunch.check_port(prof)
     start, gpu_id = prelaunch.preflight(session)
+    session.gpu_id = gpu_id
     session.lkg_key = state.lkg_key(prof.digest, *gpu_id, session.semantics.version)
     record = state.load_lkg(directory, session.lkg_key)
     if record is not None:

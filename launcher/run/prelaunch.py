@@ -16,8 +16,8 @@ from launcher.config.profile import FlagValue, Profile
 from launcher.errors import ConfigError, LauncherError, PreflightError
 from launcher.gpu.inventory import GpuInventory, GpuProbe
 from launcher.gpu.match import gpu_spec, host_gpu
-from launcher.plan import modelinfo
-from launcher.plan.capacity import capacity_for
+from launcher.plan import calibration, modelinfo
+from launcher.plan.capacity import capacity_for, capacity_inputs
 from launcher.plan.hostfacts import host_facts
 from launcher.plan.preflight import evaluate
 from launcher.run import processes
@@ -77,6 +77,11 @@ def preflight(session: Session) -> tuple[dict[str, FlagValue | None], GpuId]:
         if gpu is not None:
             plan = command.build_plan(prof, {}, vllm_bin=session.vllm_bin, catalog=session.catalog)
             cap = capacity_for(prof, plan, gpu, session.semantics, files, None)
+            record = calibration.matching(calibration.load(session.store.directory).values(), calibration.key(
+                gpu.model.name, gpu.count, session.semantics.version, prof.model, plan.flags))
+            if record is not None and prof.launcher.device != "cpu":
+                inputs = capacity_inputs(prof, plan, gpu, session.semantics, files, None)
+                cap = calibration.predict(inputs, record, cap)
     host = host_facts(prof, environ=session.environ)
     if host.leftovers:
         # Orphaned VLLM:: processes of ours hold memory: stop them, then read the GPU again.
@@ -100,5 +105,5 @@ def preflight(session: Session) -> tuple[dict[str, FlagValue | None], GpuId]:
         raise PreflightError("preflight: " + " | ".join(errors))
     if cap is not None:
         log.info("preflight.ok", kv_tokens_estimate=cap.kv_tokens, sessions_estimate=cap.sessions,
-                 verdict=cap.verdict)
+                 verdict=cap.verdict, basis=cap.basis, error_range=cap.error_range)
     return dict(result.overrides), gpu_id

@@ -59,6 +59,7 @@ class Session:
     version: VersionSemantics | None = None
     secrets: Mapping[str, str] = field(default_factory=dict)
     lkg_key: str = ""
+    gpu_id: tuple[str, int, str | None] = ("none", 0, None)  # (GPU name, count, driver) preflight saw
     # What happened so far.
     attempts: list[Attempt] = field(default_factory=list)
     restarts: list[float] = field(default_factory=list)

@@ -16,6 +16,8 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_aft
 
 from launcher.config.profile import FlagValue
 from launcher.errors import ConfigError, LadderExhausted
+from launcher.gpu.match import match_gpu
+from launcher.plan import calibration
 from launcher.run import health, ladder, logs, state, supervisor
 from launcher.run.logpump import RotatingFile
 from launcher.run.readiness import ReadyCheck, capacity_gate, wait_ready
@@ -155,6 +157,7 @@ def _ready(session: Session, child: supervisor.Child, plan: command.Plan, outcom
                          child=supervisor.describe(child))
     state.save_lkg(session.store.directory, session.lkg_key, {"overrides": dict(overrides), "kv_tokens": tokens,
                                                               "max_model_len": length})
+    _record_calibration(session, plan, numbers, length)
     status = "ready"
     if isinstance(tokens, int):
         status = f"ready: {tokens:,} KV tokens, {sessions} sessions of {length:,}, {plan.kv_cache_dtype}"
@@ -166,6 +169,26 @@ def _ready(session: Session, child: supervisor.Child, plan: command.Plan, outcom
              overrides=dict(overrides))
     if session.console:
         _summary(session, plan, capacity, elapsed)
+
+
+def _record_calibration(session: Session, plan: command.Plan, numbers: Mapping[str, Any], length: int | None) -> None:
+    """What vLLM measured on this GPU becomes the next plan's answer for the same setup (GPU runs only)."""
+    name, count, _driver = session.gpu_id
+    if session.profile.launcher.device == "cpu" or not count:
+        return
+    table = match_gpu(name)
+    version = session.semantics
+    record = calibration.measured(
+        numbers, record_key=calibration.key(table.name if table else name, count, version.version,
+                                             session.profile.model, plan.flags),
+        vllm_version=version.version, utilization=plan.utilization or version.default_utilization,
+        max_model_len=int(length or 0), source="start-up")
+    if record is None:
+        return
+    try:
+        calibration.save(session.store.directory, record)
+    except OSError as exc:  # a full disk must not end a server that just became ready
+        log.warning("calibration.not_saved", error=str(exc))
 
 
 def _summary(session: Session, plan: command.Plan, capacity: Mapping[str, Any], elapsed: float) -> None:

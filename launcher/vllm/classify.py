@@ -55,7 +55,7 @@ _QUIET_GATE = re.compile(
     r"KV |Maximum concurrency|# |GPU blocks|Model loading|Loading|LLM engine|API server version|vLLM server version"
     r"|\u2588|Starting|Memory profiling|Capturing|Graph capturing|Warming|Compil|Download|Fetching"
     r"|Application startup|Shutting down|\[shutdown\] API|Replace|Engine 0|Uvicorn running|Free memory"
-    r"|vLLM instance|GiB,? kv_cache_size|Based on the available")
+    r"|vLLM instance|GiB,? kv_cache_size|Based on the available|\{'model|Namespace\(")
 _EXCEPTION = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt))(?:: (?P<text>.*))?$")
 _QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING"})
 _EMPTY: Mapping[str, Any] = MappingProxyType({})

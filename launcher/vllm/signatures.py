@@ -160,6 +160,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"--kv-cache-memory=(?P<kv_cache_memory_fit>-?\d+)` \([^)]*\) to fit into requested memory, "
          r"or `--kv-cache-memory=(?P<kv_cache_memory_full>-?\d+)",
          convert=_numbers(kv_cache_memory_fit="int", kv_cache_memory_full="int")),
+    # ---- the settings vLLM started with: the calibration of a start-up needs its utilization and length
+    _sig("engine_args", "gpu_memory_utilization", r"(?:non-default args: |args: Namespace\().*?"
+         r"'?gpu_memory_utilization'?(?:: |=)(?P<utilization>[\d.]+)",
+         convert=_numbers(utilization="float")),
     # ---- the version, and the engine's own view of its configuration
     _sig("version", "LLM engine", r"Initializing (?:a V[01] |an )LLM engine(?: \(v(?P<vllm_version>[^)\s]+)\))?"
          r" with config(?:.*?max_seq_len=(?P<max_model_len>\d+))?", convert=_numbers(vllm_version="str", max_model_len="int")),

@@ -61,6 +61,20 @@ class VersionSemantics:
         return self.at_least("0.20.0")
 
     @property
+    def sampler_sorts(self) -> bool:
+        """Does the profiling pass's sampler sort the vocabulary (PyTorch's top-k/top-p)? Assumed always:
+        V0 did, and V1 does except 0.8–0.11.0 with FlashInfer installed (VLLM_USE_FLASHINFER_SAMPLER unset
+        meant on there; from 0.11.1 FlashInfer is opt-in, and 0.32 warms both paths). Where it did not
+        sort, the estimate is low by the sort's share (max_num_seqs × vocabulary × 30 B)."""
+        return True
+
+    @property
+    def bounds_profiling_splits(self) -> bool:
+        """From 0.22 the profiling pass caps the allocator's block splits, so a freed MoE workspace is
+        not pinned and counted against the KV cache (gpu_worker.py _scoped_allocator_max_split)."""
+        return self.at_least("0.22.0")
+
+    @property
     def reserves_null_block(self) -> bool:
         return self.at_least("0.29.0")
 

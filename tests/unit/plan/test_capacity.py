@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -80,26 +81,31 @@ class TestWeights:
             modelinfo.find_model("nobody/nothing", environ={"HF_HOME": str(tmp_path)})
 
 
-def plan_for(gpu: str, version: str = "0.33.0", **kwargs: Any) -> capacity.CapacityPlan:
+def plan_for(gpu: str, version: str = "0.33.0", reserve: capacity.ReserveModel = capacity.RESERVE,
+             **kwargs: Any) -> capacity.CapacityPlan:
     defaults: dict[str, Any] = {"utilization": 0.92, "max_model_len": 65536, "kv_cache_dtype": "fp8"}
     defaults.update(kwargs)
     return capacity.estimate(capacity.CapacityInputs(
         arch=QWEN3, weights_bytes=modelinfo.estimate_weight_bytes(QWEN3), weights_source="config",
-        gpu=parse_gpu_spec(gpu), version=semantics(version), **defaults))
+        gpu=parse_gpu_spec(gpu), version=semantics(version), **defaults), reserve)
 
 
 class TestEstimate:
     def test_guide_question_on_l40s(self) -> None:
-        """Qwen3-Coder FP8 on an L40S at 0.92: 150–200K KV tokens, 2 full 65,536-token sessions (the L40S guide's question)."""
-        for version in ("0.10.2", "0.33.0"):
-            plan = plan_for("l40s", version)
-            assert 150_000 <= plan.kv_tokens <= 200_000
-            assert (2, "fits") == (plan.full_sessions, plan.verdict)
+        """Qwen3-Coder FP8 on an L40S at 0.92 (the L40S guide's question). On the vLLM of the guide's time the
+        FP8 MoE workspace stays pinned: ~175K tokens, 2 full 65,536-token sessions, as the guide's log said.
+        From 0.22 vLLM releases it: 3 sessions."""
+        then, now = plan_for("l40s", "0.10.2"), plan_for("l40s", "0.33.0")
+        assert abs(then.kv_tokens - 175_000) <= then.error_range * then.kv_tokens
+        assert (2, 3) == (then.full_sessions, now.full_sessions)
+        assert ("fits", 0.06) == (now.verdict, now.error_range)
 
     def test_cuda_graphs_count_from_020(self) -> None:
-        """vLLM ≥ 0.20 takes the CUDA-graph estimate out of the budget; enforce-eager gives it back."""
-        old, new, eager = plan_for("l40s", "0.19.0"), plan_for("l40s", "0.20.0"), plan_for("l40s", "0.20.0",
-                                                                                          enforce_eager=True)
+        """vLLM ≥ 0.20 takes the CUDA-graph estimate out of the budget; enforce-eager gives it back (the
+        mechanism, with a non-zero term: the fitted one is below the data's noise)."""
+        graphs = replace(capacity.RESERVE, cudagraph_per_layer=16 * 1024**2)
+        old, new = plan_for("l40s", "0.19.0", graphs), plan_for("l40s", "0.20.0", graphs)
+        eager = plan_for("l40s", "0.20.0", graphs, enforce_eager=True)
         assert 0 == old.cudagraph_bytes < new.cudagraph_bytes
         assert new.kv_tokens < eager.kv_tokens
 
@@ -133,10 +139,12 @@ class TestEstimate:
 
 class TestPlanCommand:
     def test_plan_text_answers_the_guide(self, capsys: pytest.CaptureFixture[str], no_installed_vllm: None) -> None:
-        """`plan configs/qwen3.yaml --gpu l40s` prints 2 full sessions and the exact command without --api-key."""
+        """`plan configs/qwen3.yaml --gpu l40s` prints the sessions with the measured range, and the exact command
+        without --api-key."""
         assert 0 == main(["plan", "configs/qwen3.yaml", "--gpu", "l40s"])
         out = capsys.readouterr().out
-        assert "2 full sessions of 65,536 tokens" in out
+        assert "3 full sessions of 65,536 tokens" in out
+        assert "229,632 (±6%: " in out
         assert "--api-key" not in out
         assert "vllm serve Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8 --served-model-name qwen3-coder-30b" in out
 

@@ -1,0 +1,49 @@
+"""Where the launcher keeps what it learns, and how it writes it: atomically, mode 0600, never a secret.
+
+The state dir: $VLLM_LAUNCH_STATE_DIR, else $STATE_DIRECTORY (systemd's StateDirectory=), else
+$XDG_STATE_HOME/vllm-launch (~/.local/state/vllm-launch), one folder per profile. The ground floor:
+`plan` reads calibration records from it, `run` writes state, locks and records into it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+
+def state_root(environ: Mapping[str, str] | None = None) -> Path:
+    environ = os.environ if environ is None else environ
+    if environ.get("VLLM_LAUNCH_STATE_DIR"):
+        return Path(environ["VLLM_LAUNCH_STATE_DIR"])
+    if environ.get("STATE_DIRECTORY"):
+        return Path(environ["STATE_DIRECTORY"].split(":")[0])
+    base = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "vllm-launch"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write-then-rename, so a reader never sees half a file; 0600 because state is ours alone."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            os.fchmod(handle.fileno(), 0o600)
+            json.dump(data, handle, indent=2, default=str)
+            handle.write("\n")
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
