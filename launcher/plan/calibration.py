@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,8 @@ class Measured:
     kv_tokens: int
     available_kv_bytes: int  # per GPU
     total_bytes: int | None = None  # what CUDA saw, when the log prints it
+    driver: str | None = None
+    breakdown: dict[str, float] = field(default_factory=dict)  # vLLM's own figures, GiB, where it printed them
     starts: int = 1
     source: str = "start-up"
     recorded_at: float = 0.0
@@ -52,8 +54,11 @@ def key(gpu: str, count: int, vllm_version: str, model: str, flags: Mapping[str,
     return "|".join(parts)
 
 
+BREAKDOWN = ("model_loading_gib", "weights_gib", "activation_gib", "non_torch_gib", "cudagraph_gib")
+
+
 def measured(numbers: Mapping[str, Any], *, record_key: str, vllm_version: str, utilization: float,
-             max_model_len: int, source: str) -> Measured | None:
+             max_model_len: int, source: str, driver: str | None = None) -> Measured | None:
     """A record from a diagnosis' numbers, or None when the log did not print the KV figures."""
     tokens, available = numbers.get("kv_tokens"), numbers.get("available_kv_gib")
     if not isinstance(tokens, int) or not isinstance(available, int | float) or tokens <= 0 or available <= 0:
@@ -62,6 +67,7 @@ def measured(numbers: Mapping[str, Any], *, record_key: str, vllm_version: str, 
     return Measured(record_key, str(numbers.get("vllm_version") or vllm_version),
                     float(numbers.get("utilization") or utilization), int(numbers.get("max_model_len") or max_model_len),
                     tokens, int(available * GIB), int(total * GIB) if isinstance(total, int | float) else None,
+                    driver=driver, breakdown={k: float(numbers[k]) for k in BREAKDOWN if isinstance(numbers.get(k), int | float)},
                     source=source, recorded_at=time.time())
 
 
@@ -111,5 +117,7 @@ def save(directory: Path, record: Measured) -> None:
     write_json_atomic(directory / FILE, {name: asdict(item) for name, item in records.items()})
 
 
-def matching(records: Iterable[Measured], record_key: str) -> Measured | None:
-    return next((r for r in records if r.key == record_key), None)
+def matching(records: Iterable[Measured], record_key: str, driver: str | None = None) -> Measured | None:
+    """The record of this setup; with both drivers known, only one measured under the same driver."""
+    return next((r for r in records if r.key == record_key and (not driver or not r.driver or r.driver == driver)),
+                None)

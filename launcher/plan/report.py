@@ -186,7 +186,8 @@ def run_plan(request: PlanRequest, environ: Mapping[str, str] | None = None) -> 
             plan = command.build_plan(prof, overrides, vllm_bin=vllm_bin, catalog=catalog)
             cap = capacity_for(prof, plan, gpu, version, files, request.weights_gib) if files and gpu else None
     if cap is not None and files is not None and gpu is not None and gpu.source != "host":
-        cap = _calibrated(prof, plan, gpu, version, files, request, cap, environ)
+        cap = _calibrated(prof, plan, gpu, version, files, request, cap, environ,
+                          inventory.driver_version if inventory is not None and not simulated else None)
     required = prof.launcher.require.min_sessions
     if cap is not None and required is not None and cap.sessions < required:
         warnings.append(f"the estimate gives {cap.sessions:.2f} sessions of {cap.max_model_len:,}, below "
@@ -199,7 +200,7 @@ def run_plan(request: PlanRequest, environ: Mapping[str, str] | None = None) -> 
 
 
 def _calibrated(prof: Profile, plan: Plan, gpu: GpuSpec, version: VersionSemantics, files: modelinfo.ModelFiles,
-                request: PlanRequest, cap: CapacityPlan, environ: Mapping[str, str]) -> CapacityPlan:
+                request: PlanRequest, cap: CapacityPlan, environ: Mapping[str, str], driver: str | None) -> CapacityPlan:
     """The estimate replaced by what a real start-up measured: an existing log, or this box's records."""
     inputs = capacity_inputs(prof, plan, gpu, version, files, request.weights_gib)
     record_key = calibration.key(gpu.model.name, gpu.count, version.version, prof.model, plan.flags)
@@ -217,7 +218,7 @@ def _calibrated(prof: Profile, plan: Plan, gpu: GpuSpec, version: VersionSemanti
                              "'KV cache size' lines (vLLM prints them once the engine sized its cache); pass the "
                              "log of a start-up that got that far")
     else:
-        record = calibration.matching(calibration.load(state_root(environ) / prof.name).values(), record_key)
+        record = calibration.matching(calibration.load(state_root(environ) / prof.name).values(), record_key, driver)
         if record is None:
             return cap
     return calibration.predict(inputs, record, cap)

@@ -78,7 +78,7 @@ def preflight(session: Session) -> tuple[dict[str, FlagValue | None], GpuId]:
             plan = command.build_plan(prof, {}, vllm_bin=session.vllm_bin, catalog=session.catalog)
             cap = capacity_for(prof, plan, gpu, session.semantics, files, None)
             record = calibration.matching(calibration.load(session.store.directory).values(), calibration.key(
-                gpu.model.name, gpu.count, session.semantics.version, prof.model, plan.flags))
+                gpu.model.name, gpu.count, session.semantics.version, prof.model, plan.flags), gpu_id[2])
             if record is not None and prof.launcher.device != "cpu":
                 inputs = capacity_inputs(prof, plan, gpu, session.semantics, files, None)
                 cap = calibration.predict(inputs, record, cap)

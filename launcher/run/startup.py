@@ -173,7 +173,7 @@ def _ready(session: Session, child: supervisor.Child, plan: command.Plan, outcom
 
 def _record_calibration(session: Session, plan: command.Plan, numbers: Mapping[str, Any], length: int | None) -> None:
     """What vLLM measured on this GPU becomes the next plan's answer for the same setup (GPU runs only)."""
-    name, count, _driver = session.gpu_id
+    name, count, driver = session.gpu_id
     if session.profile.launcher.device == "cpu" or not count:
         return
     table = match_gpu(name)
@@ -182,7 +182,7 @@ def _record_calibration(session: Session, plan: command.Plan, numbers: Mapping[s
         numbers, record_key=calibration.key(table.name if table else name, count, version.version,
                                              session.profile.model, plan.flags),
         vllm_version=version.version, utilization=plan.utilization or version.default_utilization,
-        max_model_len=int(length or 0), source="start-up")
+        max_model_len=int(length or 0), source="start-up", driver=driver)
     if record is None:
         return
     try:

@@ -101,3 +101,17 @@ def test_records_of_this_box_are_used_and_counted(tmp_path: Path, monkeypatch: p
     assert abs(again.capacity.kv_tokens - 180_000) <= 16 + 0.005 * GIB / again.capacity.kv_bytes_per_token
     other = run_plan(PlanRequest("configs/qwen3.yaml", gpu="l40s", sets=("vllm.max-num-seqs=64",)))
     assert "estimated" == other.capacity.basis  # type: ignore[union-attr]  # another reserve: no match
+
+
+def test_a_record_keeps_vllms_breakdown_and_its_driver() -> None:
+    """vLLM 0.10.2 prints its whole breakdown at start: the record keeps it, with the driver it ran under."""
+    o = OBS["h100-qwen3-30b-a3b-2507-v0102"]
+    numbers = diagnose_lines(o["log_lines"].splitlines()).numbers
+    record = calibration.measured(numbers, record_key="k", vllm_version="0.10.2", utilization=0.9,
+                                  max_model_len=6144, source="start-up", driver="570.124.06")
+    assert record is not None
+    assert {"weights_gib": 56.93, "activation_gib": 5.58, "non_torch_gib": 0.07, "cudagraph_gib": 0.69} == {
+        k: record.breakdown[k] for k in ("weights_gib", "activation_gib", "non_torch_gib", "cudagraph_gib")}
+    assert record is calibration.matching([record], "k", "570.124.06")
+    assert record is calibration.matching([record], "k")  # `plan --gpu` knows no driver
+    assert calibration.matching([record], "k", "550.54.15") is None  # another driver: measure again
