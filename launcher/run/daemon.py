@@ -1,4 +1,4 @@
-"""`vllm-launch up`: the run as a sequence of stages, under the profile's lock, until SIGTERM.
+"""`vllm-launch up`: the run as a sequence of stages, under the profile's lock, until SIGTERM (SIGHUP reloads).
 
 prelaunch (leftovers, port, GPU preflight) → startup (attempts up the ladder until READY) →
 serving (watch; restart a dead engine) → shutdown. Signal handlers only set an Event; every
@@ -32,22 +32,24 @@ log = structlog.get_logger("vllm_launch")
 
 
 @contextlib.contextmanager
-def stop_on_signals() -> Iterator[threading.Event]:
-    """SIGTERM and SIGINT set an Event (and do nothing else); the old handlers come back on exit."""
-    stop = threading.Event()
+def stop_on_signals() -> Iterator[tuple[threading.Event, threading.Event]]:
+    """SIGTERM and SIGINT set the stop Event, SIGHUP the reload Event (and nothing else: a closed terminal
+    or `systemctl reload` never kills the daemon and orphans vLLM); the old handlers come back on exit."""
+    stop, reload = threading.Event(), threading.Event()
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        (reload if signum == signal.SIGHUP else stop).set()
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
-        yield stop
+        yield stop, reload
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
 
 
-def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None = None, console: bool = True) -> int:
+def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None = None, console: bool = True,
+        reload: threading.Event | None = None, sets: tuple[str, ...] = ()) -> int:
     """Hold the profile's locks and state for the whole run; every way out stops the child."""
     environ = dict(os.environ)
     root = state.state_root(environ)
@@ -58,7 +60,8 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
         store.update(profile=profile.name, source=profile.source, profile_digest=profile.digest, pid=os.getpid(),
                      phase="preflight", started_at=time.time(), decisions=[], attempt=0, child=None,
                      capacity=None, error=None, served_model_name=None, url=None)
-        session = Session(profile, stop, store, inventory_path=inventory_path, environ=environ, console=console)
+        session = Session(profile, stop, store, inventory_path=inventory_path, environ=environ, console=console,
+                          reload=reload or threading.Event(), sets=sets)
         session.notify(STATUS="preflight")
         try:
             return _run(session, directory, previous)
@@ -75,8 +78,25 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
 
 
 def _run(session: Session, directory: Path, previous: Any) -> int:
-    prof = session.profile
     supervisor.set_child_subreaper()
+    prelaunch.stop_recorded_leftovers(previous)
+    prelaunch.check_port(session.profile)
+    overrides = startup.start(session, _prepare(session, directory))
+    while True:
+        outcome = serving.serve(session)
+        if outcome.kind == "stopped":
+            return _shutdown(session, "signal")
+        if outcome.kind == "reload":
+            if _reload(session):
+                overrides = startup.start(session, _prepare(session, directory))
+            continue  # unchanged or refused: the server that answers goes on serving
+        serving.restart_or_give_up(session, outcome)
+        overrides = startup.start(session, overrides)
+
+
+def _prepare(session: Session, directory: Path) -> dict[str, FlagValue | None]:
+    """What vLLM is, the flags it accepts, the GPU preflight: the overrides the first attempt starts with."""
+    prof = session.profile
     session.secrets = secrets.resolve(prof, session.environ)
     vllm_bin = install.find_vllm(prof.launcher.vllm_bin, session.environ)
     installed = install.installed_version(vllm_bin)
@@ -85,8 +105,6 @@ def _run(session: Session, directory: Path, previous: Any) -> int:
     flags.check_profile_flags(prof, session.catalog)
     session.vllm_bin = str(vllm_bin)
     log.info("preflight.vllm", vllm=session.vllm_bin, version=installed, flags=session.catalog.source)
-    prelaunch.stop_recorded_leftovers(previous)
-    prelaunch.check_port(prof)
     start, gpu_id = prelaunch.preflight(session)
     session.gpu_id = gpu_id
     session.lkg_key = state.lkg_key(prof.digest, *gpu_id, session.semantics.version)
@@ -97,13 +115,36 @@ def _run(session: Session, directory: Path, previous: Any) -> int:
         log.info("ladder.start_from_last_known_good", overrides=start, kv_tokens=record.get("kv_tokens"))
         session.store.record_decision(attempt=0, **{"class": "last_known_good"}, change=describe_overrides(start),
                                       reason="this rung reached READY before on this GPU and vLLM version")
-    overrides: dict[str, FlagValue | None] = dict(start)
-    while True:
-        overrides = startup.start(session, overrides)
-        outcome = serving.serve(session)
-        if outcome.kind == "stopped":
-            return _shutdown(session, "signal")
-        serving.restart_or_give_up(session, outcome)
+    return dict(start)
+
+
+def _reload(session: Session) -> bool:
+    """SIGHUP: read the profile again. Unchanged or invalid: keep serving (and say why). Changed: stop
+    vLLM and start it with the new profile (True). A new port needs a restart: the port lock is ours."""
+    old = session.profile
+    try:
+        new = load(old.source, session.sets)
+        if session.catalog is not None:
+            flags.check_profile_flags(new, session.catalog)
+        secrets.resolve(new, session.environ)
+    except LauncherError as exc:
+        log.error("reload.invalid", error=str(exc), action="still serving the profile as it was")
+        session.notify(STATUS=f"reload refused: {str(exc)[:200]}")
+        return False
+    if new.digest == old.digest:
+        log.info("reload.unchanged")
+        return False
+    if (new.port, new.host) != (old.port, old.host):
+        log.error("reload.refused", reason="vllm.port or vllm.host changed: restart the service to move it")
+        session.notify(STATUS="reload refused: a new port or host needs a restart")
+        return False
+    log.info("reload.rolling", old_digest=old.digest, new_digest=new.digest)
+    session.notify(STATUS="reloading: stopping vLLM to start it with the new profile")
+    session.stop_child(old.launcher.stop_grace_s)
+    session.serving = False
+    session.profile = new
+    session.store.update(profile_digest=new.digest, phase="reloading")
+    return True
 
 
 def _shutdown(session: Session, why: str) -> int:
@@ -126,5 +167,5 @@ def up(profile_path: str, *, sets: tuple[str, ...] = (), inventory_path: str | N
     logs.configure(log_format)
     prof = load(profile_path, sets)
     structlog.contextvars.bind_contextvars(profile=prof.name)
-    with stop_on_signals() as stop:
-        return run(prof, stop, inventory_path=inventory_path, console=True)
+    with stop_on_signals() as (stop, reload):
+        return run(prof, stop, inventory_path=inventory_path, console=True, reload=reload, sets=sets)

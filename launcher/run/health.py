@@ -1,7 +1,12 @@
-"""HTTP probes of a vLLM server: /health, /v1/models, a 1-token completion. No retries here."""
+"""HTTP probes of a vLLM server: /health, /v1/models, a 1-token completion. No retries here.
+
+The probes go straight to the server, never through a proxy: `http_proxy` is set for model
+downloads, and a proxy would both break readiness and receive the API key.
+"""
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -16,6 +21,12 @@ class Probe:
     max_model_len: int | None = None  # what /v1/models reports (the effective context, e.g. after `auto`)
 
 
+# An opener with no proxy handler from the environment (urllib's default reads http_proxy/https_proxy).
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+# What a probe treats as "nothing answered": sockets, bad URLs, and broken HTTP (not OSError subclasses).
+PROBE_ERRORS = (OSError, ValueError, http.client.HTTPException)
+
+
 def _request(url: str, timeout: float, api_key: str | None = None, body: dict[str, Any] | None = None
              ) -> tuple[int, bytes]:
     headers = {"Accept": "application/json"}
@@ -27,7 +38,7 @@ def _request(url: str, timeout: float, api_key: str | None = None, body: dict[st
         headers["Content-Type"] = "application/json"
     request = urllib.request.Request(url, data=data, headers=headers)  # noqa: S310 - http(s) URLs we built
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+        with _DIRECT.open(request, timeout=timeout) as response:
             return int(response.status), response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read() if exc.fp else b""
@@ -41,7 +52,7 @@ def get(url: str, timeout: float = 2.0, api_key: str | None = None) -> tuple[int
 def check_health(base_url: str, timeout: float = 2.0) -> Probe:
     try:
         status, _ = _request(f"{base_url}/health", timeout)
-    except (OSError, ValueError) as exc:
+    except PROBE_ERRORS as exc:
         return Probe(False, f"/health: {exc}")
     return Probe(status == 200, f"/health {status}")
 
@@ -50,7 +61,7 @@ def check_models(base_url: str, served_name: str, api_key: str | None, timeout: 
     """/v1/models must answer (with the key) and list the served name."""
     try:
         status, body = _request(f"{base_url}/v1/models", timeout, api_key)
-    except (OSError, ValueError) as exc:
+    except PROBE_ERRORS as exc:
         return Probe(False, f"/v1/models: {exc}")
     if status != 200:
         return Probe(False, f"/v1/models {status}")
@@ -69,7 +80,7 @@ def check_completion(base_url: str, served_name: str, api_key: str | None, timeo
     body = {"model": served_name, "prompt": "ping", "max_tokens": 1, "temperature": 0}
     try:
         status, data = _request(f"{base_url}/v1/completions", timeout, api_key, body)
-    except (OSError, ValueError) as exc:
+    except PROBE_ERRORS as exc:
         return Probe(False, f"/v1/completions: {exc}")
     if status != 200:
         return Probe(False, f"/v1/completions {status}: {data[:200]!r}")
@@ -82,7 +93,7 @@ def metrics(base_url: str, timeout: float = 2.0) -> dict[str, float]:
               "vllm:num_requests_waiting"}
     try:
         status, body = _request(f"{base_url}/metrics", timeout)
-    except (OSError, ValueError):
+    except PROBE_ERRORS:
         return {}
     if status != 200:
         return {}

@@ -20,14 +20,19 @@ log = structlog.get_logger("vllm_launch")
 
 
 def watch(child: Child, stop: threading.Event, *, health: Callable[[], bool], interval_s: float, failures: int,
-          tick: Callable[[], None], clock: Callable[[], float] = time.monotonic) -> Outcome:
-    """After READY: return when we are stopped, the engine dies (log, exit, or failed health checks)."""
+          tick: Callable[[], None], clock: Callable[[], float] = time.monotonic,
+          reload: threading.Event | None = None) -> Outcome:
+    """After READY: return when we are stopped, asked to reload, or the engine dies (log, exit, or failed
+    health checks)."""
     failed = 0
     next_probe = clock() + interval_s
     next_snapshot = clock()
     while True:
         if stop.is_set():
             return outcome(child, "stopped", "stop requested")
+        if reload is not None and reload.is_set():
+            reload.clear()
+            return outcome(child, "reload", "SIGHUP")
         try:
             event = child.pump.events.get(timeout=0.5)
         except queue.Empty:
@@ -57,7 +62,8 @@ def serve(session: Session) -> Outcome:
     policy = session.profile.launcher.health
     plan = child.plan
     return watch(child, session.stop, health=lambda: health.check_health(plan.base_url, policy.timeout_s).ok,
-                 interval_s=policy.interval_s, failures=policy.failures, tick=lambda: session.tick(child))
+                 interval_s=policy.interval_s, failures=policy.failures, tick=lambda: session.tick(child),
+                 reload=session.reload)
 
 
 def restart_or_give_up(session: Session, outcome: Outcome) -> None:

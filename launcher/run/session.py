@@ -53,7 +53,9 @@ class Session:
     inventory_path: str | None = None
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     console: bool = True
-    # What vLLM is, resolved once before the first attempt.
+    reload: threading.Event = field(default_factory=threading.Event)  # SIGHUP: read the profile again
+    sets: tuple[str, ...] = ()  # the --set overrides, kept for a reload
+    # What vLLM is, resolved before the first attempt (and again after a reload).
     vllm_bin: str = "vllm"
     catalog: FlagCatalog | None = None
     version: VersionSemantics | None = None

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from launcher.errors import EX_OK, LockHeld, UsageError
+from launcher.errors import EX_OK, LockHeld, TransientFailure
 from launcher.statedir import read_json, state_root, write_json_atomic
 
 __all__ = ["StateStore", "read_json", "state_root", "write_json_atomic"]
@@ -129,7 +129,8 @@ def status_command(profile: str | None, as_json: bool = False, environ: Mapping[
         data = read_json(directory / "state.json")
         if not isinstance(data, dict):
             continue
-        running = _alive(data.get("pid"))
+        # Running means holding the profile's lock: a recorded PID alone may belong to someone else now.
+        running = lock_holder(directory / "lock") == data.get("pid") and _alive(data.get("pid"))
         if not running and data.get("phase") not in ("stopped", "failed"):
             data["phase"] = f"dead (last phase: {data.get('phase')})"
         live = health.metrics(str(data["url"])) if running and data.get("phase") == "serving" and data.get("url") \
@@ -171,22 +172,64 @@ def _status_text(data: Mapping[str, Any]) -> str:
 
 
 def down_command(profile: str, timeout: float = 120.0, environ: Mapping[str, str] | None = None) -> int:
-    """SIGTERM the daemon serving PROFILE and wait until it has exited."""
+    """SIGTERM the daemon serving PROFILE and wait until it has exited.
+
+    The daemon is whoever holds the profile's lock, not whatever process now has the PID that
+    state.json recorded (PIDs are reused). With no daemon, the processes its last run recorded and
+    left alive (the same PID *and* start time) are stopped, and `down` says so.
+    """
+    name = Path(profile).stem
     directory = _profile_dirs(profile, environ)[0]
     data = read_json(directory / "state.json")
-    pid = data.get("pid") if isinstance(data, dict) else None
-    if not isinstance(pid, int) or not _alive(pid):
-        print(f"{Path(profile).stem}: not running")
+    holder = lock_holder(directory / "lock")
+    if holder is None:
+        left = _stop_recorded_children(data)
+        print(f"{name}: not running" + (f"; stopped what its last run left: {', '.join(left)}" if left else ""))
         return EX_OK
-    os.kill(pid, signal.SIGTERM)
+    if holder <= 0:  # never os.kill(-1, …): that is every process we may signal
+        raise TransientFailure(f"the lock of {name} is held but names no PID ({directory / 'lock'}); stop its "
+                               "daemon through its service manager (systemctl stop vllm-launch@NAME)")
+    os.kill(holder, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _alive(pid):
-            print(f"{Path(profile).stem}: stopped (vllm-launch PID {pid})")
+        if lock_holder(directory / "lock") is None:
+            print(f"{name}: stopped (vllm-launch PID {holder})")
             return EX_OK
         time.sleep(0.2)
-    raise UsageError(f"vllm-launch PID {pid} did not exit within {timeout:.0f}s; check `vllm-launch status "
-                     f"{Path(profile).stem}` and its log")
+    raise TransientFailure(f"vllm-launch PID {holder} did not exit within {timeout:.0f}s; check `vllm-launch status "
+                           f"{name}` and its log")
+
+
+def lock_holder(path: Path) -> int | None:
+    """The PID holding this flock, or None when nobody holds it (the lock, not a PID file, is the truth)."""
+    try:
+        handle = path.open("r")
+    except OSError:
+        return None
+    with handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = handle.read().strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        return None
+
+
+def _stop_recorded_children(data: Any) -> list[str]:
+    """Stop the processes a dead daemon recorded (PID and start time both match): ours, never a stranger."""
+    from launcher.run import processes
+
+    known = ((data or {}).get("child") or {}).get("known") if isinstance(data, dict) else None
+    if not isinstance(known, dict) or not known:
+        return []
+    try:
+        alive = processes.leftover_vllm_processes({int(pid): float(t) for pid, t in known.items()})
+    except (TypeError, ValueError):
+        return []
+    names = [f"{p.pid} {processes.name_of(p)}" for p in alive]
+    stuck = processes.kill_processes(alive)
+    return [n for n in names if n not in stuck] + [f"{n} (could not be stopped)" for n in stuck]
 
 
 @contextlib.contextmanager

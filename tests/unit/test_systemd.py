@@ -18,7 +18,7 @@ def test_unit_declares_the_contract() -> None:
     text = UNIT.read_text()
     for line in ("Type=notify", "NotifyAccess=main", "RestartPreventExitStatus=78", "KillMode=mixed",
                  "ExecStart=/opt/vllm-launch/venv/bin/vllm-launch up /etc/vllm-launch/%i.yaml", "WatchdogSec=",
-                 "LoadCredential=api_key:"):
+                 "LoadCredential=api_key:", "ExecReload=/bin/kill -HUP $MAINPID"):
         assert line in text
     assert "Environment=VLLM_API_KEY" not in text
     assert not [line for line in text.splitlines() if "=" in line and " #" in line.split("=", 1)[1]], \

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.errors import EX_CONFIG, LockHeld
+from launcher.errors import EX_CONFIG, LockHeld, TransientFailure
 from launcher.run import state
 from tests.conftest import ROOT
 
@@ -78,3 +78,59 @@ class TestCommands:
         state.StateStore(tmp_path / "qwen3").update(pid=2**22 + 12345, phase="serving")
         assert 0 == state.down_command("qwen3", environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
         assert "not running" in capsys.readouterr().out
+
+
+class TestDownIsSafe:
+    """`down` signals the daemon that holds the lock, never a stranger who got the recorded PID."""
+
+    def write_state(self, root: Path, **data: object) -> Path:
+        directory = root / "qwen3"
+        directory.mkdir(parents=True)
+        (directory / "state.json").write_text(json.dumps({"profile": "qwen3", "phase": "serving", **data}))
+        return directory
+
+    def test_a_reused_pid_is_not_signalled(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            self.write_state(tmp_path, pid=stranger.pid)
+            assert 0 == state.down_command("qwen3", environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
+            assert "not running" in capsys.readouterr().out
+            assert stranger.poll() is None  # still alive: it was never ours
+            assert 0 == state.status_command("qwen3", as_json=True, environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
+            assert json.loads(capsys.readouterr().out)["running"] is False
+        finally:
+            stranger.kill()
+            stranger.wait()
+
+    def test_a_dead_daemons_leftovers_are_stopped(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """What the last run recorded (same PID and start time) is ours: `down` stops it and says so."""
+        import psutil
+
+        orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            created = psutil.Process(orphan.pid).create_time()
+            self.write_state(tmp_path, pid=999_999_999, child={"known": {str(orphan.pid): created}})
+            assert 0 == state.down_command("qwen3", environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
+            assert f"stopped what its last run left: {orphan.pid}" in capsys.readouterr().out
+            assert orphan.wait(10) is not None
+        finally:
+            orphan.kill()
+            orphan.wait()
+
+    def test_a_daemon_that_will_not_stop_is_exit_75(self, tmp_path: Path) -> None:
+        """The lock holder is signalled; one that ignores SIGTERM past the timeout is a temporary failure (75)."""
+        directory = self.write_state(tmp_path, pid=0)
+        code = (f"import signal, sys, time, pathlib; sys.path.insert(0, {str(ROOT)!r}); "
+                "signal.signal(signal.SIGTERM, signal.SIG_IGN); from launcher.run import state; "
+                f"lock = state.acquire_lock(pathlib.Path({str(directory / 'lock')!r}), 'x', 'y'); "
+                "print('held', flush=True); time.sleep(30)")
+        holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout is not None and "held" == holder.stdout.readline().strip()
+            with pytest.raises(TransientFailure) as caught:
+                state.down_command("qwen3", timeout=0.5, environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
+            assert 75 == caught.value.exit_code
+            assert f"PID {holder.pid}" in str(caught.value)
+        finally:
+            holder.kill()
+            holder.wait()
