@@ -33,9 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     up = sub.add_parser("up", help="preflight, plan, launch, recover, serve until SIGTERM", epilog=EPILOG)
-    up.add_argument("profile", metavar="PROFILE")
+    up.add_argument("profile", metavar="PROFILE", nargs="?",
+                    help="the profile (in a container: else $VLLM_LAUNCH_PROFILE)")
     _add_set(up)
     _add_gpu_inventory(up)
+    up.add_argument("--container", action="store_true",
+                    help="container mode (automatic with RUNPOD_POD_ID or as PID 1): a failure keeps the pod up "
+                         "with a page saying why, instead of a crash loop")
     up.add_argument("--log-format", choices=("auto", "json", "console"), default="auto",
                     help="the launcher's own log lines: JSON when stdout is not a terminal (auto)")
 
@@ -153,7 +157,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from launcher.run import daemon
 
     return daemon.up(args.profile, sets=tuple(args.sets), inventory_path=args.gpu_inventory,
-                     log_format=args.log_format)
+                     log_format=args.log_format, container_mode=args.container)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

