@@ -68,7 +68,7 @@ class KeyReader:
     def secret(self, value: Any, key: str, env_hint: str) -> SecretRef | None:
         if value is None:
             return None
-        fix = (f"write {key}: {{env: {env_hint}}} or {key}: {{file: /run/credentials/vllm-launch/{key}}}; "
+        fix = (f"write {key}: {{env: {env_hint}}} or {key}: {{file: $CREDENTIALS_DIRECTORY/{key}}} (a systemd credential); "
                "the launcher hands it to vLLM through the environment, never on the command line")
         if isinstance(value, str):
             raise self.fail(key, "a secret is written in plain text", fix)

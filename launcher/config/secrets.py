@@ -19,13 +19,28 @@ def _read(ref: SecretRef, key: str, environ: Mapping[str, str]) -> str:
                               f"`vllm-launch up`, or use {key}: {{file: /path/to/{key}}}")
         return value
     try:
-        value = Path(ref.ref).read_text().strip()
+        value = _credential_path(ref.ref, key, environ).read_text().strip()
     except OSError as exc:
         raise ConfigError(f"{key}: cannot read {ref.ref} ({exc.strerror}); check the path and its permissions "
                           "(systemd: LoadCredential= puts credentials in $CREDENTIALS_DIRECTORY)") from None
     if not value:
         raise ConfigError(f"{key}: {ref.ref} is empty; write the secret into it")
     return value
+
+
+CREDENTIALS_PREFIX = "$CREDENTIALS_DIRECTORY/"
+
+
+def _credential_path(ref: str, key: str, environ: Mapping[str, str]) -> Path:
+    """A file reference; `$CREDENTIALS_DIRECTORY/NAME` is systemd's per-unit credential directory
+    (LoadCredential=), so one installed profile works whatever the instance is called."""
+    if not ref.startswith(CREDENTIALS_PREFIX):
+        return Path(ref)
+    directory = environ.get("CREDENTIALS_DIRECTORY", "")
+    if not directory:
+        raise ConfigError(f"{key}: {ref} needs systemd's LoadCredential= (CREDENTIALS_DIRECTORY is not set); "
+                          f"run it as the installed unit, or use {key}: {{env: NAME}} by hand")
+    return Path(directory) / ref.removeprefix(CREDENTIALS_PREFIX)
 
 
 def resolve(profile: Profile, environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,0 +1,202 @@
+"""The systemd install as data: every file it writes and every command it runs, decided from the profile alone.
+
+Pure: nothing here touches the machine, so `--dry-run` prints exactly what a real install does, and the
+tests read the plan before any file exists. Secrets travel only in `WriteFile.content` of files marked
+`secret`; the printed form of such a step never shows them.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+import yaml
+
+from launcher.config.profile import Profile
+from launcher.config.secrets import CREDENTIALS_PREFIX
+from launcher.errors import ConfigError
+
+ETC = PurePosixPath("/etc/vllm-launch")
+CREDS = ETC / "creds"
+UNIT_DIR = PurePosixPath("/etc/systemd/system")
+SYSUSERS = PurePosixPath("/etc/sysusers.d/vllm-launch.conf")
+DEFAULT_PREFIX = PurePosixPath("/opt/vllm-launch")
+# Directories the unit already makes writable (StateDirectory=, CacheDirectory=, LogsDirectory=).
+MANAGED = (PurePosixPath("/var/lib/vllm-launch"), PurePosixPath("/var/cache/vllm-launch"),
+           PurePosixPath("/var/log/vllm-launch"))
+# Beyond stop_grace: the final SIGKILL, the wait for GPU memory to come back, and the state write.
+STOP_MARGIN_S = 60
+_INSTANCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_SECRET_ENV = {"api_key": "VLLM_API_KEY", "hf_token": "HF_TOKEN"}
+
+
+@dataclass(frozen=True, slots=True)
+class WriteFile:
+    path: PurePosixPath
+    content: str
+    mode: int
+    secret: bool = False
+
+    def shell(self) -> str:
+        if self.secret:
+            return f"install -m {self.mode:04o} /dev/stdin {self.path}   # the secret, not shown"
+        return f"install -D -m {self.mode:04o} /dev/stdin {self.path} <<'EOF'\n{self.content.rstrip()}\nEOF"
+
+
+@dataclass(frozen=True, slots=True)
+class MakeDir:
+    path: PurePosixPath
+    mode: int
+
+    def shell(self) -> str:
+        return f"install -d -m {self.mode:04o} {self.path}"
+
+
+@dataclass(frozen=True, slots=True)
+class Remove:
+    path: PurePosixPath
+
+    def shell(self) -> str:
+        return f"rm -rf {self.path}"
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    argv: tuple[str, ...]
+    # Commands that only make sense on the live system (daemon-reload, starting the unit) are left out of
+    # an install into a directory tree.
+    live_only: bool = False
+
+    def shell(self) -> str:
+        return shlex.join(self.argv)
+
+
+Step = WriteFile | MakeDir | Remove | Run
+
+
+@dataclass(frozen=True, slots=True)
+class InstallOptions:
+    project: str  # what pip installs: the checkout's path
+    user: str = "vllm"
+    prefix: PurePosixPath = DEFAULT_PREFIX
+    vllm: str | None = None  # an existing vLLM executable; the venv then holds the launcher only
+    root: str | None = None  # install into this directory tree (systemctl --root)
+    venv: bool = True  # False: the launcher is already installed at PREFIX/venv
+
+
+def instance_name(profile: Profile) -> str:
+    if not _INSTANCE.match(profile.name):
+        raise ConfigError(f"{profile.source}: the file name {profile.name!r} becomes the unit instance "
+                          "vllm-launch@NAME; rename it to letters, digits, '.', '_' or '-'")
+    return profile.name
+
+
+def secrets_used(profile: Profile) -> tuple[str, ...]:
+    """The credentials the unit loads: only those the profile references (a missing one fails the unit)."""
+    return tuple(key for key in ("api_key", "hf_token") if getattr(profile, key) is not None)
+
+
+def secret_values(profile: Profile, environ: Mapping[str, str], existing: set[str]) -> dict[str, str]:
+    """Each used secret's value from the installer's environment (or the file the profile names); a secret
+    already installed (re-run, upgrade) may be absent and is then kept."""
+    values: dict[str, str] = {}
+    for key in secrets_used(profile):
+        ref = getattr(profile, key)
+        if ref.kind == "file" and not ref.ref.startswith(CREDENTIALS_PREFIX):
+            try:
+                with open(ref.ref, encoding="utf-8") as handle:
+                    value = handle.read().strip()
+            except OSError as exc:
+                raise ConfigError(f"{key}: cannot read {ref.ref} ({exc.strerror}); the installer copies it "
+                                  "into the unit's credentials") from None
+        else:
+            name = ref.ref if ref.kind == "env" else _SECRET_ENV[key]
+            value = environ.get(name, "")
+        if value:
+            values[key] = value
+        elif key not in existing:
+            name = ref.ref if ref.kind == "env" else _SECRET_ENV[key]
+            raise ConfigError(f"{key}: {name} is not set for the installer; run `sudo {name}=… "
+                              f"scripts/install-systemd …` (or sudo --preserve-env={name})")
+    return values
+
+
+def installed_profile(text: str, profile: Profile, vllm: str | None) -> str:
+    """The profile as the unit reads it: secrets from the unit's credentials, vLLM from --vllm."""
+    data = yaml.safe_load(text)
+    for key in secrets_used(profile):
+        data[key] = {"file": f"{CREDENTIALS_PREFIX}{key}"}
+    if vllm:
+        data.setdefault("launcher", {})["vllm_bin"] = vllm
+    header = (f"# Installed by scripts/install-systemd from {profile.source}; edit here, then\n"
+              f"#   systemctl reload vllm-launch@{profile.name}\n")
+    return header + yaml.safe_dump(data, sort_keys=False)
+
+
+def writable_paths(profile: Profile) -> list[PurePosixPath]:
+    """Absolute paths the profile writes to outside the unit's own directories (ProtectSystem=strict)."""
+    wanted: list[str] = [str(profile.launcher.log_file.parent)] if profile.launcher.log_file else []
+    wanted += [value for name, value in profile.env.items()
+               if name in ("HF_HOME", "VLLM_CACHE_ROOT", "XDG_CACHE_HOME", "TRITON_CACHE_DIR")]
+    candidates = [PurePosixPath(p) for p in wanted]
+    outside = [p for p in candidates if p.is_absolute() and not any(p.is_relative_to(m) for m in MANAGED)]
+    # /workspace already covers /workspace/.cache/vllm
+    return sorted({p for p in outside if not any(p != q and p.is_relative_to(q) for q in outside)})
+
+
+def drop_in(profile: Profile) -> str:
+    name = instance_name(profile)
+    lines = [f"# What vllm-launch@{name} needs beyond the template, from {ETC / name}.yaml.",
+             "# Written by scripts/install-systemd; run it again after adding a secret or changing stop_grace.",
+             "[Service]"]
+    lines += [f"LoadCredential={key}:{CREDS / f'{name}.{key}'}" for key in secrets_used(profile)]
+    lines.append(f"TimeoutStopSec={int(profile.launcher.stop_grace_s) + STOP_MARGIN_S}s")
+    # "-": a path that does not exist on this box is skipped instead of failing the unit's namespace setup.
+    lines += [f"ReadWritePaths=-{path}" for path in writable_paths(profile)]
+    return "\n".join(lines) + "\n"
+
+
+def unit_text(template: str, options: InstallOptions) -> str:
+    text = template.replace(str(DEFAULT_PREFIX), str(options.prefix))
+    return text.replace("User=vllm\n", f"User={options.user}\n").replace("Group=vllm\n", f"Group={options.user}\n")
+
+
+def install_steps(profile: Profile, profile_text: str, template: str, options: InstallOptions,
+                  secrets: Mapping[str, str]) -> list[Step]:
+    name = instance_name(profile)
+    unit = f"vllm-launch@{name}.service"
+    systemctl = ("systemctl", f"--root={options.root}") if options.root else ("systemctl",)
+    sysusers = ("systemd-sysusers", f"--root={options.root}") if options.root else ("systemd-sysusers",)
+    steps: list[Step] = [
+        WriteFile(SYSUSERS, f'u {options.user} - "vllm-launch service" /var/lib/vllm-launch\n', 0o644),
+        Run((*sysusers, SYSUSERS.name)),
+    ]
+    if options.venv:
+        venv = options.prefix / "venv"
+        target = options.project if options.vllm else f"{options.project}[vllm]"
+        steps += [Run(("python3", "-m", "venv", str(venv))), Run((str(venv / "bin" / "pip"), "install", target))]
+    steps += [MakeDir(ETC, 0o755), MakeDir(CREDS, 0o700),
+              WriteFile(ETC / f"{name}.yaml", installed_profile(profile_text, profile, options.vllm), 0o644)]
+    steps += [WriteFile(CREDS / f"{name}.{key}", value + "\n", 0o600, secret=True) for key, value in secrets.items()]
+    steps += [WriteFile(UNIT_DIR / "vllm-launch@.service", unit_text(template, options), 0o644),
+              WriteFile(UNIT_DIR / f"{unit}.d" / "10-profile.conf", drop_in(profile), 0o644),
+              Run(("systemctl", "daemon-reload"), live_only=True),
+              Run((*systemctl, "enable", unit)),
+              Run(("systemctl", "start", unit), live_only=True)]
+    return steps
+
+
+def uninstall_steps(name: str, root: str | None) -> list[Step]:
+    """One instance out: its unit stopped and disabled, its profile, drop-in and credentials removed. The
+    template, venv, user and caches stay (other instances and the downloaded models use them)."""
+    unit = f"vllm-launch@{name}.service"
+    systemctl = ("systemctl", f"--root={root}") if root else ("systemctl",)
+    return [Run(("systemctl", "stop", unit), live_only=True),
+            Run((*systemctl, "disable", unit)),
+            Remove(UNIT_DIR / f"{unit}.d"),
+            Remove(ETC / f"{name}.yaml"),
+            *[Remove(CREDS / f"{name}.{key}") for key in ("api_key", "hf_token")],
+            Run(("systemctl", "daemon-reload"), live_only=True)]
