@@ -13,6 +13,7 @@ from launcher.config.profile import (
     HealthPolicy,
     LadderBounds,
     LauncherSettings,
+    MetricsSettings,
     Requirements,
     RestartPolicy,
     parse_max_model_len,
@@ -22,11 +23,13 @@ from launcher.units import parse_duration, parse_size
 LAUNCHER_KEYS = (
     "device", "vllm_bin", "log_file", "log_max_size", "log_backups", "startup_timeout",
     "startup_stall", "stop_grace", "max_attempts", "ladder", "require", "restart", "health",
+    "metrics",
 )
 _LADDER_KEYS = ("gpu_memory_utilization", "drop_fp8_kv_if_unsupported", "min_model_len")
 _REQUIRE_KEYS = ("min_sessions", "min_kv_tokens")
 _RESTART_KEYS = ("max", "window", "backoff")
 _HEALTH_KEYS = ("interval", "failures", "timeout", "completion_probe")
+_METRICS_KEYS = ("port", "address", "textfile")
 
 
 def read_launcher(r: KeyReader, data: dict[str, Any], vllm: Mapping[str, FlagValue]) -> LauncherSettings:
@@ -58,6 +61,7 @@ def read_launcher(r: KeyReader, data: dict[str, Any], vllm: Mapping[str, FlagVal
         require=_require(r, r.mapping(data.get("require"), "launcher.require")),
         restart=_restart(r, r.mapping(data.get("restart"), "launcher.restart")),
         health=_health(r, r.mapping(data.get("health"), "launcher.health")),
+        metrics=_metrics(r, data.get("metrics"), vllm),
     )
 
 def _ladder(r: KeyReader, data: dict[str, Any], vllm: Mapping[str, FlagValue]) -> LadderBounds:
@@ -138,3 +142,26 @@ def _health(r: KeyReader, data: dict[str, Any]) -> HealthPolicy:
         timeout_s=r.duration(data, "timeout", "launcher.health.timeout", "5s"),
         completion_probe=r.boolean(data, "completion_probe", "launcher.health.completion_probe", False),
     )
+
+
+def _metrics(r: KeyReader, raw: Any, vllm: Mapping[str, FlagValue]) -> MetricsSettings | None:
+    if raw is None:
+        return None
+    data = r.mapping(raw, "launcher.metrics")
+    r.known_keys(data, _METRICS_KEYS, "launcher.metrics.")
+    fix = "write metrics: {port: 9400} (served on 127.0.0.1) or metrics: {textfile: /var/lib/node_exporter/vllm.prom}"
+    port = r.integer(data, "port", "launcher.metrics.port", None, minimum=1)
+    textfile = data.get("textfile")
+    if (port is None) == (textfile is None):
+        raise r.fail("launcher.metrics", "expected exactly one of port or textfile", fix)
+    if port is not None and (port > 65535 or port == vllm.get("port", 8000)):
+        raise r.fail("launcher.metrics.port", f"{port} is not a free port of its own (vLLM serves on "
+                     f"{vllm.get('port', 8000)})", "pick another port, e.g. 9400")
+    if textfile is not None and (not isinstance(textfile, str) or not textfile.endswith(".prom")):
+        raise r.fail("launcher.metrics.textfile", f"expected a path ending in .prom, got {textfile!r}",
+                     "node_exporter reads only *.prom files: write e.g. textfile: /var/lib/node_exporter/vllm.prom")
+    address = data.get("address", "127.0.0.1")
+    if not isinstance(address, str) or not address:
+        raise r.fail("launcher.metrics.address", f"expected an address, got {address!r}",
+                     "write address: 127.0.0.1 (loopback, the default) or the address a scraper reaches")
+    return MetricsSettings(port=port, address=address, textfile=Path(textfile) if textfile else None)

@@ -77,6 +77,15 @@ class HealthPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class MetricsSettings:
+    """The launcher's own Prometheus metrics: served on address:port, or written to a node_exporter textfile."""
+
+    port: int | None
+    address: str
+    textfile: Path | None
+
+
+@dataclass(frozen=True, slots=True)
 class LauncherSettings:
     device: Literal["gpu", "cpu"]
     vllm_bin: str | None
@@ -91,6 +100,7 @@ class LauncherSettings:
     require: Requirements
     restart: RestartPolicy
     health: HealthPolicy
+    metrics: MetricsSettings | None = None  # None: off (the default)
 
 
 class FlagViews:

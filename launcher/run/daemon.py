@@ -22,8 +22,8 @@ import structlog
 from launcher.config import flags, secrets
 from launcher.config.load import load
 from launcher.config.profile import FlagValue, Profile
-from launcher.errors import EX_OK, LauncherError, UsageError
-from launcher.run import container, logs, prelaunch, serving, startup, state, supervisor
+from launcher.errors import EX_OK, ConfigError, LauncherError, UsageError
+from launcher.run import container, logs, metrics, prelaunch, serving, startup, state, supervisor
 from launcher.run.session import Session, Stopped, describe_overrides
 from launcher.vllm import install
 from launcher.vllm.versions import semantics
@@ -57,6 +57,7 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
     previous = state.read_json(directory / "state.json")
     with state.held_locks(directory, profile.name, profile.port, root):
         store = state.StateStore(directory)
+        exporter = _start_metrics(profile, store)
         store.update(profile=profile.name, source=profile.source, profile_digest=profile.digest, pid=os.getpid(),
                      phase="preflight", started_at=time.time(), decisions=[], attempt=0, child=None,
                      capacity=None, error=None, served_model_name=None, url=None)
@@ -75,6 +76,23 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
         finally:
             if session.child is not None:
                 session.stop_child(profile.launcher.stop_grace_s)
+            if exporter is not None:
+                exporter.stop()
+
+
+def _start_metrics(profile: Profile, store: state.StateStore) -> metrics.Exporter | None:
+    """Metrics start before anything else, so a crash loop shows in them; a taken port is a config error."""
+    if profile.launcher.metrics is None:
+        return None
+    exporter = metrics.Exporter(profile.launcher.metrics, profile.name)
+    try:
+        exporter.start()
+    except OSError as exc:
+        settings = profile.launcher.metrics
+        raise ConfigError(f"launcher.metrics.port: cannot serve on {settings.address}:{settings.port} "
+                          f"({exc.strerror or exc}); pick a free port") from None
+    store.listeners.append(exporter.observe)
+    return exporter
 
 
 def _run(session: Session, directory: Path, previous: Any) -> int:

@@ -75,7 +75,7 @@ def restart_or_give_up(session: Session, outcome: Outcome) -> None:
     session.serving = False
     now = time.monotonic()
     session.restarts = [t for t in session.restarts if now - t < policy.window_s] + [now]
-    session.store.record_decision(attempt=outcome.attempt, change="restart with the same flags",
+    session.store.record_decision("restarts", attempt=outcome.attempt, change="restart with the same flags",
                                   reason=f"engine_dead: {outcome.detail}", **{"class": "engine_dead"})
     if len(session.restarts) > policy.max_restarts:
         raise LadderExhausted(f"the engine died {len(session.restarts)} times within "

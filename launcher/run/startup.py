@@ -78,7 +78,7 @@ def start(session: Session, overrides: dict[str, FlagValue | None]) -> dict[str,
                                               if dict(step.overrides) == overrides else 0)
                 log.info("ladder.step", attempt=outcome.attempt, failure=outcome.diagnosis.cls,
                          change=step.change, reason=step.reason)
-                session.store.record_decision(attempt=outcome.attempt, change=step.change, reason=step.reason,
+                session.store.record_decision("ladder_steps", attempt=outcome.attempt, change=step.change, reason=step.reason,
                                               **{"class": outcome.diagnosis.cls})
                 overrides = dict(step.overrides)
                 raise AttemptFailed(outcome)

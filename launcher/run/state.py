@@ -13,7 +13,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -24,22 +24,39 @@ from launcher.statedir import read_json, state_root, write_json_atomic
 __all__ = ["StateStore", "read_json", "state_root", "write_json_atomic"]
 
 
+# A daemon that serves for months keeps the latest decisions and counts the rest (state stays small).
+MAX_DECISIONS = 50
+
+
 class StateStore:
-    """state.json of one profile: updated in place, rewritten atomically on every change."""
+    """state.json of one profile: updated in place, rewritten atomically on every change; listeners (the
+    metrics) see every change."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.path = directory / "state.json"
         self.data: dict[str, Any] = {}
+        self.listeners: list[Callable[[Mapping[str, Any]], None]] = []
 
     def update(self, **fields: Any) -> None:
         self.data.update(fields)
         self.data["updated_at"] = time.time()
         write_json_atomic(self.path, self.data)
+        for listener in self.listeners:
+            listener(self.data)
 
-    def record_decision(self, **decision: Any) -> None:
+    def record_decision(self, counter: str | None = None, **decision: Any) -> None:
+        """Append a decision; `counter` ("restarts", "ladder_steps") also counts it by failure class, for good:
+        the counts survive the cap on the list and a reload (they are the metrics' counters)."""
         decisions = self.data.setdefault("decisions", [])
         decisions.append({"time": time.time(), **decision})
+        if len(decisions) > MAX_DECISIONS:
+            self.data["decisions_dropped"] = self.data.get("decisions_dropped", 0) + len(decisions) - MAX_DECISIONS
+            del decisions[:-MAX_DECISIONS]
+        if counter is not None:
+            counts = self.data.setdefault("counts", {}).setdefault(counter, {})
+            cls = str(decision.get("class", "unknown"))
+            counts[cls] = counts.get(cls, 0) + 1
         self.update()
 
 

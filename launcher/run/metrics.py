@@ -1,0 +1,120 @@
+"""The launcher's own state as Prometheus metrics (`launcher.metrics`), read from state.json's data.
+
+One source of truth: every metric is derived from the state the daemon already writes, at scrape time
+(`port`) or at every state change (`textfile`, written atomically for node_exporter's textfile collector).
+vLLM's own `/metrics` stays vLLM's; these say what the supervisor did: phase, attempts, restarts and ladder
+steps by failure class, the served rung's capacity.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import structlog
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server, write_to_textfile
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from launcher.config.profile import MetricsSettings
+
+log = structlog.get_logger("vllm_launch")
+
+PHASES = ("preflight", "starting", "serving", "restarting", "reloading", "failed", "stopped")
+
+
+class StateCollector(Collector):
+    """Turns the latest state into metric families; the state is swapped whole under a lock."""
+
+    def __init__(self, profile: str) -> None:
+        self.profile = profile
+        self._lock = threading.Lock()
+        self._data: dict[str, Any] = {}
+
+    def observe(self, data: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._data = {key: data.get(key) for key in
+                          ("phase", "attempt", "capacity", "time_to_ready_s", "decisions", "counts", "rung",
+                           "vllm_version")}
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            data = dict(self._data)
+        labels = ["profile"]
+        phase = GaugeMetricFamily("vllm_launch_phase", "1 for the supervisor's current phase", labels=[*labels, "phase"])
+        for name in PHASES:
+            phase.add_metric([self.profile, name], 1.0 if data.get("phase") == name else 0.0)
+        yield phase
+        yield _gauge("vllm_launch_attempt", "start-up attempt number of this run", self.profile, data.get("attempt"))
+        counts = data.get("counts") or {}
+        for key, help_text in (("restarts", "engine restarts after READY, by failure class"),
+                               ("ladder_steps", "ladder steps (a changed flag after a failed start), by failure class")):
+            family = CounterMetricFamily(f"vllm_launch_{key}", help_text, labels=[*labels, "class"])
+            for cls, count in sorted((counts.get(key) or {}).items()):
+                family.add_metric([self.profile, str(cls)], float(count))
+            yield family
+        capacity = data.get("capacity") or {}
+        yield _gauge("vllm_launch_kv_tokens", "KV-cache tokens of the served rung (vLLM's log)", self.profile,
+                     capacity.get("kv_tokens"))
+        yield _gauge("vllm_launch_kv_sessions", "full max-model-len sessions the KV cache holds", self.profile,
+                     capacity.get("sessions"))
+        yield _gauge("vllm_launch_time_to_ready_seconds", "seconds from launch to READY of the last start",
+                     self.profile, data.get("time_to_ready_s"))
+        failures = [d for d in data.get("decisions") or [] if d.get("class") not in (None, "last_known_good")]
+        last = InfoMetricFamily("vllm_launch_last_failure", "the latest failure class", labels=labels)
+        if failures:
+            last.add_metric([self.profile], {"class": str(failures[-1]["class"])})
+        yield last
+        rung = data.get("rung") or {}
+        info = InfoMetricFamily("vllm_launch", "what is served", labels=labels)
+        info.add_metric([self.profile], {"vllm_version": str(data.get("vllm_version") or "unknown"),
+                                         "rung": ",".join(f"{k}={v}" for k, v in sorted(rung.items())) or "as written"})
+        yield info
+
+
+def _gauge(name: str, help_text: str, profile: str, value: Any) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, help_text, labels=["profile"])
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        family.add_metric([profile], float(value))
+    return family
+
+
+class Exporter:
+    """Started with the daemon when the profile asks for metrics; every failure to export is a warning,
+    never a reason to stop serving."""
+
+    def __init__(self, settings: MetricsSettings, profile: str) -> None:
+        self.settings = settings
+        self.collector = StateCollector(profile)
+        self.registry = CollectorRegistry()
+        self.registry.register(self.collector)
+        self._server: Any = None
+        self.error: str | None = None
+
+    def start(self) -> None:
+        if self.settings.port is not None:
+            # Raises OSError when the port is taken: the caller reports it as a config error (exit 78).
+            self._server, _ = start_http_server(self.settings.port, addr=self.settings.address,
+                                                registry=self.registry)
+
+    def observe(self, data: Mapping[str, Any]) -> None:
+        self.collector.observe(data)
+        if self.settings.textfile is not None:
+            try:
+                write_to_textfile(str(self.settings.textfile), self.registry)
+                self.error = None
+            except OSError as exc:
+                error = f"launcher.metrics.textfile {self.settings.textfile}: {exc.strerror or exc}"
+                if error != self.error:  # once per distinct failure, not once per state change
+                    log.warning("metrics.textfile_failed", error=error)
+                self.error = error
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

@@ -1,0 +1,127 @@
+"""The launcher's metrics: derived from state, scraped over HTTP, written as a textfile; the profile's
+`launcher.metrics` checked like every other key."""
+
+from __future__ import annotations
+
+import socket
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from launcher.config.load import loads
+from launcher.config.profile import MetricsSettings
+from launcher.errors import ProfileError
+from launcher.run.metrics import Exporter
+from launcher.run.state import MAX_DECISIONS, StateStore
+
+BASE = "model: m\nvllm: {port: 8000, host: 127.0.0.1}\nlauncher:\n  metrics: "
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def served_state(tmp_path: Path) -> StateStore:
+    store = StateStore(tmp_path)
+    store.update(phase="starting", attempt=1, vllm_version="0.32.0", rung={"gpu-memory-utilization": 0.88})
+    store.record_decision("ladder_steps", attempt=1, change="gpu-memory-utilization 0.92 → 0.88",
+                          reason="no cache blocks", **{"class": "no_cache_blocks"})
+    store.update(phase="serving", attempt=2, time_to_ready_s=41.5,
+                 capacity={"kv_tokens": 229632, "sessions": 3.5, "max_model_len": 65536})
+    for _ in range(2):
+        store.record_decision("restarts", attempt=2, change="restart with the same flags",
+                              reason="engine_dead: exit -9", **{"class": "engine_dead"})
+    return store
+
+
+def test_metrics_say_what_the_supervisor_did(tmp_path: Path) -> None:
+    store = served_state(tmp_path)
+    exporter = Exporter(MetricsSettings(port=None, address="127.0.0.1", textfile=None), "qwen3")
+    exporter.observe(store.data)
+    got = samples(exporter.render().decode())
+    p = ("profile", "qwen3")
+    assert got[("vllm_launch_phase", (("phase", "serving"), p))] == 1.0
+    assert got[("vllm_launch_phase", (("phase", "starting"), p))] == 0.0
+    assert got[("vllm_launch_attempt", (p,))] == 2.0
+    assert got[("vllm_launch_restarts_total", (("class", "engine_dead"), p))] == 2.0
+    assert got[("vllm_launch_ladder_steps_total", (("class", "no_cache_blocks"), p))] == 1.0
+    assert got[("vllm_launch_kv_tokens", (p,))] == 229632.0
+    assert got[("vllm_launch_kv_sessions", (p,))] == 3.5
+    assert got[("vllm_launch_time_to_ready_seconds", (p,))] == 41.5
+    assert got[("vllm_launch_last_failure_info", (("class", "engine_dead"), p))] == 1.0
+    assert got[("vllm_launch_info", (p, ("rung", "gpu-memory-utilization=0.88"), ("vllm_version", "0.32.0")))] == 1.0
+
+
+def test_counts_outlive_the_cap_on_kept_decisions(tmp_path: Path) -> None:
+    store = StateStore(tmp_path)
+    for n in range(MAX_DECISIONS + 10):
+        store.record_decision("restarts", attempt=n, change="restart", **{"class": "engine_dead"})
+    assert len(store.data["decisions"]) == MAX_DECISIONS
+    assert store.data["decisions"][-1]["attempt"] == MAX_DECISIONS + 9
+    assert store.data["decisions_dropped"] == 10
+    assert store.data["counts"] == {"restarts": {"engine_dead": MAX_DECISIONS + 10}}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def scrape(port: int) -> str:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return str(response.read().decode())
+
+
+def test_served_metrics_follow_the_state_and_stop_with_the_daemon(tmp_path: Path) -> None:
+    port = free_port()
+    exporter = Exporter(MetricsSettings(port=port, address="127.0.0.1", textfile=None), "qwen3")
+    store = StateStore(tmp_path)
+    store.listeners.append(exporter.observe)
+    exporter.start()
+    try:
+        store.update(phase="starting", attempt=1)
+        assert samples(scrape(port))[("vllm_launch_phase", (("phase", "starting"), ("profile", "qwen3")))] == 1.0
+        store.update(phase="failed")
+        assert samples(scrape(port))[("vllm_launch_phase", (("phase", "failed"), ("profile", "qwen3")))] == 1.0
+    finally:
+        exporter.stop()
+    with pytest.raises(urllib.error.URLError):
+        scrape(port)
+
+
+def test_textfile_is_rewritten_on_every_change_and_a_failure_only_warns(tmp_path: Path) -> None:
+    textfile = tmp_path / "vllm.prom"
+    exporter = Exporter(MetricsSettings(port=None, address="127.0.0.1", textfile=textfile), "qwen3")
+    store = served_state(tmp_path)
+    exporter.observe(store.data)
+    assert samples(textfile.read_text())[("vllm_launch_kv_tokens", (("profile", "qwen3"),))] == 229632.0
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("vllm.prom.")], "no temporary file left"
+    broken = Exporter(MetricsSettings(port=None, address="127.0.0.1", textfile=tmp_path / "missing" / "x.prom"), "q")
+    broken.observe(store.data)
+    assert broken.error is not None and "missing/x.prom" in broken.error
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("{}", "expected exactly one of port or textfile"),
+    ("{port: 9400, textfile: /tmp/x.prom}", "expected exactly one of port or textfile"),
+    ("{port: 8000}", "8000 is not a free port of its own"),
+    ("{port: 70000}", "70000 is not a free port of its own"),
+    ("{textfile: /tmp/x.txt}", "expected a path ending in .prom"),
+    ("{port: 9400, bind: 0.0.0.0}", "launcher.metrics.bind"),
+])
+def test_bad_metrics_settings_name_the_key_and_the_fix(value: str, message: str) -> None:
+    with pytest.raises(ProfileError, match=message):
+        loads(BASE + value + "\n")
+
+
+def test_metrics_are_off_unless_asked(tmp_path: Path) -> None:
+    settings: Any = loads("model: m\nvllm: {host: 127.0.0.1}\n").launcher.metrics
+    assert settings is None
+    assert loads(BASE + "{port: 9400}\n").launcher.metrics == MetricsSettings(9400, "127.0.0.1", None)
