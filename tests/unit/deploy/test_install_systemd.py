@@ -173,3 +173,13 @@ def test_the_script_runs_the_installer(tmp_path: Path) -> None:
                           env={"PATH": os.environ["PATH"], "PYTHON": sys.executable})
     assert done.returncode == 0, done.stderr
     assert "systemctl enable vllm-launch@local.service" in done.stdout
+
+
+def test_the_installer_needs_only_pyyaml_from_outside_the_standard_library() -> None:
+    """It runs on the box's system python3 (python3-yaml), before the venv with the launcher's dependencies."""
+    probe = ("import sys, launcher.deploy.install; "
+             "print(sorted(m for m in ('psutil', 'structlog', 'tenacity', 'pynvml', 'prometheus_client') "
+             "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          check=True)
+    assert done.stdout.strip() == "[]"
