@@ -34,6 +34,8 @@ def write_json_atomic(path: Path, data: Any) -> None:
             os.fchmod(handle.fileno(), 0o600)
             json.dump(data, handle, indent=2, default=str)
             handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())  # a power cut must not leave an empty state file behind the rename
         Path(tmp).replace(path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -13,13 +13,21 @@ from collections import deque
 from pathlib import Path
 from typing import IO
 
+import structlog
+
 from launcher.run import logs
 from launcher.vllm.diagnose import Diagnoser, Diagnosis
 from launcher.vllm.signatures import LogEvent
 
 TAIL_LINES = 50
+# A "line" with no newline (a progress bar redrawn with \r for an hour, binary junk) is cut into pieces of
+# this size: the classifier and the file each see bounded lines, and the pump's memory stays bounded.
+MAX_LINE_BYTES = 64 * 1024
+# After a failed log write (disk full, file removed under us) the file is reopened at most this often.
+REOPEN_EVERY_S = 30.0
 
 
+log = structlog.get_logger("vllm_launch")
 EOF = LogEvent("eof", "")
 _NOTABLE = frozenset({"failure", "kv_tokens", "concurrency", "available_kv", "model_loading", "progress",
                       "server_starting", "startup_complete", "version", "gpu_blocks", "shutdown"})
@@ -57,6 +65,12 @@ class RotatingFile:
         self.handle = self.path.open("a", encoding="utf-8")
         self.size = 0
 
+    def reopen(self) -> None:
+        self.close()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.handle = self.path.open("a", encoding="utf-8")
+        self.size = self.handle.tell()
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.handle.close()
@@ -76,26 +90,56 @@ class LogPump(threading.Thread):
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         self.last_output = time.monotonic()
         self.fatal_at: float | None = None  # monotonic time the first specific fatal line was read
+        self.sink_failed_at: float | None = None
+        self.warned: set[str] = set()
 
     def run(self) -> None:
-        for raw in iter(self.stream.readline, b""):
+        for raw in iter(lambda: self.stream.readline(MAX_LINE_BYTES), b""):
             line = raw.decode("utf-8", errors="replace").rstrip("\n")
             self.last_output = time.monotonic()
-            if self.sink is not None:
-                try:
-                    self.sink.write(line)
-                except OSError:
-                    self.sink = None  # a full disk must not stop the pump (and so vLLM)
-            if self.echo:
-                logs.echo_child_line(line.rstrip("\r"))
-            self.tail.append(line)
-            with self.lock:
-                event = self.diagnoser.feed(line)
-                if event is not None and event.fatal == "specific" and self.fatal_at is None and self.diagnoser.decided:
-                    self.fatal_at = self.last_output
-            if event is not None and event.kind in _NOTABLE:
-                self.events.put(event)
+            self._write(line)
+            try:
+                self._feed(line)
+            except Exception as exc:  # the pump must outlive any line: a dead pump blocks vLLM on a full pipe
+                self._warn_once("diagnosis", f"a line could not be classified ({type(exc).__name__}: {exc})")
         self.events.put(EOF)
+
+    def _feed(self, line: str) -> None:
+        if self.echo:
+            logs.echo_child_line(line.rstrip("\r"))
+        self.tail.append(line)
+        with self.lock:
+            event = self.diagnoser.feed(line)
+            if event is not None and event.fatal == "specific" and self.fatal_at is None and self.diagnoser.decided:
+                self.fatal_at = self.last_output
+        if event is not None and event.kind in _NOTABLE:
+            self.events.put(event)
+
+    def _write(self, line: str) -> None:
+        """A failing write (full disk) is a warning; the file is reopened now and then, and serving goes on."""
+        if self.sink is None:
+            return
+        now = time.monotonic()
+        if self.sink_failed_at is not None:
+            if now - self.sink_failed_at < REOPEN_EVERY_S:
+                return
+            try:
+                self.sink.reopen()
+            except OSError:
+                self.sink_failed_at = now
+                return
+            self.sink_failed_at = None
+        try:
+            self.sink.write(line)
+        except OSError as exc:
+            self.sink_failed_at = now
+            self._warn_once("log_write", f"cannot write {self.sink.path} ({exc.strerror or exc}); vLLM keeps "
+                            f"serving, and the file is reopened every {REOPEN_EVERY_S:.0f}s")
+
+    def _warn_once(self, what: str, message: str) -> None:
+        if what not in self.warned:
+            self.warned.add(what)
+            log.warning("log_pump." + what, error=message)
 
     def diagnosis(self) -> Diagnosis:
         with self.lock:

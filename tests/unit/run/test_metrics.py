@@ -125,3 +125,4 @@ def test_metrics_are_off_unless_asked(tmp_path: Path) -> None:
     settings: Any = loads("model: m\nvllm: {host: 127.0.0.1}\n").launcher.metrics
     assert settings is None
     assert loads(BASE + "{port: 9400}\n").launcher.metrics == MetricsSettings(9400, "127.0.0.1", None)
+

@@ -134,3 +134,14 @@ class TestDownIsSafe:
         finally:
             holder.kill()
             holder.wait()
+
+
+def test_state_writes_reach_the_disk_before_the_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A power cut after the rename must not leave an empty state.json: the data is fsync'd first."""
+    from launcher import statedir
+
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(statedir.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    state.StateStore(tmp_path).update(phase="serving")
+    assert synced, "write_json_atomic must fsync before renaming"

@@ -1,0 +1,81 @@
+"""The log pump never stops reading vLLM's output: not for a line that breaks the classifier, not for an
+endless line, not for a log file that cannot be written."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from launcher.run import logpump
+from launcher.vllm.diagnose import Diagnoser
+from launcher.vllm.signatures import LogEvent
+
+
+class Fragile(Diagnoser):
+    def feed(self, line: str) -> LogEvent | None:
+        if "BOOM" in line:
+            raise ValueError("a line the classifier did not expect")
+        return super().feed(line)
+
+
+def pump(data: bytes, sink: logpump.RotatingFile | None = None, diagnoser: Diagnoser | None = None) -> logpump.LogPump:
+    p = logpump.LogPump(io.BytesIO(data), sink, echo=False, diagnoser=diagnoser or Diagnoser())
+    p.run()  # in this thread: the stream ends, so run() returns
+    return p
+
+
+def test_a_line_that_breaks_the_classifier_is_skipped_and_reading_goes_on() -> None:
+    p = pump(b"INFO one\nBOOM\nINFO three\n", diagnoser=Fragile())
+    assert list(p.tail)[-1] == "INFO three"
+    assert p.warned == {"diagnosis"}
+    events = []
+    while not p.events.empty():
+        events.append(p.events.get_nowait())
+    assert events[-1] is logpump.EOF
+
+
+def test_a_line_without_a_newline_is_cut_into_bounded_pieces() -> None:
+    p = pump(b"\r" + b"x" * (3 * logpump.MAX_LINE_BYTES) + b"\nINFO after\n")
+    assert max(len(line) for line in p.tail) <= logpump.MAX_LINE_BYTES
+    assert len(p.tail) == 4 + 1  # three full pieces, the remainder, then the next real line
+    assert list(p.tail)[-1] == "INFO after"
+
+
+class FlakySink(logpump.RotatingFile):
+    """Fails its first `failures` writes, as a full disk does until space is freed."""
+
+    def __init__(self, path: Path, failures: int) -> None:
+        super().__init__(path, 10**6, 1)
+        self.failures = failures
+        self.reopened = 0
+
+    def write(self, line: str) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise OSError(28, "No space left on device")
+        super().write(line)
+
+    def reopen(self) -> None:
+        self.reopened += 1
+        super().reopen()
+
+
+def test_a_failing_log_write_warns_once_and_the_file_is_reopened(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(logpump, "REOPEN_EVERY_S", 0.0)
+    sink = FlakySink(tmp_path / "vllm.log", failures=2)
+    p = pump(b"INFO a\nINFO b\nINFO c\nINFO d\n", sink=sink)
+    sink.close()
+    assert p.warned == {"log_write"}
+    assert sink.reopened == 2
+    assert (tmp_path / "vllm.log").read_text().splitlines() == ["INFO c", "INFO d"]
+    assert list(p.tail) == ["INFO a", "INFO b", "INFO c", "INFO d"], "the diagnosis saw every line"
+
+
+def test_without_the_interval_passing_a_failed_file_is_left_alone(tmp_path: Path) -> None:
+    sink = FlakySink(tmp_path / "vllm.log", failures=1)
+    pump(b"INFO a\nINFO b\n", sink=sink)
+    sink.close()
+    assert (sink.reopened, (tmp_path / "vllm.log").read_text()) == (0, "")
