@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from launcher.errors import ConfigError
+
 
 def state_root(environ: Mapping[str, str] | None = None) -> Path:
     environ = os.environ if environ is None else environ
@@ -23,6 +25,18 @@ def state_root(environ: Mapping[str, str] | None = None) -> Path:
         return Path(environ["STATE_DIRECTORY"].split(":")[0])
     base = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "vllm-launch"
+
+
+def ensure_writable_dir(directory: Path, what: str, fix: str) -> None:
+    """Create `directory` and prove a file can be made in it, or raise ConfigError naming it and the fix:
+    found at start (exit 78), not as a traceback on the first write."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".write-test.")
+        os.close(fd)
+        Path(probe).unlink()
+    except OSError as exc:
+        raise ConfigError(f"{what} {directory} is not writable ({exc.strerror or exc}); {fix}") from None
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -25,6 +25,7 @@ from launcher.config.profile import FlagValue, Profile
 from launcher.errors import EX_OK, ConfigError, LauncherError, UsageError
 from launcher.run import container, logs, metrics, prelaunch, serving, startup, state, supervisor
 from launcher.run.session import Session, Stopped, describe_overrides
+from launcher.statedir import ensure_writable_dir
 from launcher.vllm import install
 from launcher.vllm.versions import semantics
 
@@ -54,6 +55,11 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
     environ = dict(os.environ)
     root = state.state_root(environ)
     directory = root / profile.name
+    ensure_writable_dir(directory, "the state directory", "set VLLM_LAUNCH_STATE_DIR to a writable directory "
+                        "(under systemd, StateDirectory= provides one)")
+    if profile.launcher.log_file is not None:
+        ensure_writable_dir(profile.launcher.log_file.parent, "launcher.log_file's directory",
+                            "fix its permissions or point log_file somewhere writable")
     previous = state.read_json(directory / "state.json")
     with state.held_locks(directory, profile.name, profile.port, root):
         store = state.StateStore(directory)

@@ -145,3 +145,21 @@ def test_state_writes_reach_the_disk_before_the_rename(tmp_path: Path, monkeypat
     monkeypatch.setattr(statedir.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
     state.StateStore(tmp_path).update(phase="serving")
     assert synced, "write_json_atomic must fsync before renaming"
+
+
+@pytest.mark.parametrize("broken", ["state", "log"])
+def test_an_unwritable_state_or_log_directory_is_78_naming_it(tmp_path: Path, broken: str) -> None:
+    """Found before anything starts, as one line with the path and the fix, never a traceback."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    log_dir = blocker if broken == "log" else tmp_path / "logs"
+    state_dir = blocker if broken == "state" else tmp_path / "state"
+    prof = tmp_path / "p.yaml"
+    prof.write_text("model: /models/tiny\nvllm: {host: 127.0.0.1, port: 8123}\n"
+                    f"launcher: {{device: cpu, log_file: {log_dir}/vllm.log}}\n")
+    done = subprocess.run([sys.executable, "-m", "launcher", "up", str(prof)], capture_output=True, text=True,
+                          timeout=60, check=False, cwd=ROOT,
+                          env={**os.environ, "VLLM_LAUNCH_STATE_DIR": str(state_dir)})
+    expected = "the state directory" if broken == "state" else "launcher.log_file's directory"
+    assert done.returncode == 78
+    assert f"{expected} {blocker}" in done.stderr and "Traceback" not in done.stderr
