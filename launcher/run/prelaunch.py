@@ -31,10 +31,7 @@ GpuId = tuple[str, int, str | None]  # (GPU name, count, driver): the last-known
 
 def stop_recorded_leftovers(previous: Any) -> None:
     """Processes an earlier run of this profile recorded and left alive hold memory: stop them."""
-    known = ((previous or {}).get("child") or {}).get("known") if isinstance(previous, dict) else None
-    if not known:
-        return
-    procs = processes.leftover_vllm_processes({int(pid): float(t) for pid, t in known.items()})
+    procs = processes.recorded_children(previous)
     if procs:
         names = [f"{p.pid}" for p in procs]
         log.warning("preflight.leftovers", pids=names, action="stopping them: they were ours")

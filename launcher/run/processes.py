@@ -1,6 +1,9 @@
 """Finding, reaping and killing processes by PID without trusting a PID alone.
 
-A recorded PID is only ours while its start time matches: PIDs are reused.
+A recorded PID is only ours while its start time matches: PIDs are reused. The start time is the kernel's
+(clock ticks after boot, from /proc/PID/stat), not psutil's create_time, which adds the wall-clock boot
+time: an NTP step moves that, and every escaped descendant would then look like a stranger. Since ticks
+restart at boot, a record is only trusted on the boot that wrote it (the kernel's boot_id).
 """
 
 from __future__ import annotations
@@ -9,8 +12,46 @@ import contextlib
 import os
 import subprocess
 from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
 
 import psutil
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def start_time(proc: psutil.Process) -> float:
+    """Seconds after boot that the process started; raises psutil.NoSuchProcess when it is gone."""
+    try:
+        data = Path(f"/proc/{proc.pid}/stat").read_bytes()
+    except OSError:
+        raise psutil.NoSuchProcess(proc.pid) from None
+    # The name (field 2) may hold spaces and parentheses: count fields after the last ')'.
+    fields = data[data.rindex(b")") + 2:].split()
+    return int(fields[19]) / _CLOCK_TICKS  # field 22, starttime
+
+
+def boot_id() -> str | None:
+    try:
+        return _BOOT_ID.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def recorded_children(data: Any) -> list[psutil.Process]:
+    """The processes an earlier run recorded in state.json (`child.known`) that are still alive and still
+    the same processes: same boot, same PID, same start time. Anything malformed means none."""
+    child = data.get("child") if isinstance(data, dict) else None
+    if not isinstance(child, dict) or child.get("boot_id") != boot_id():
+        return []
+    known = child.get("known")
+    if not isinstance(known, dict) or not known:
+        return []
+    try:
+        return remembered({int(pid): float(t) for pid, t in known.items()})
+    except (TypeError, ValueError):
+        return []
 
 
 def tree(pid: int) -> list[psutil.Process]:
@@ -35,7 +76,12 @@ def in_session(sid: int) -> list[psutil.Process]:
 
 def remembered(known: Mapping[int, float]) -> list[psutil.Process]:
     """The remembered processes still alive; a matching start time guards against PID reuse."""
-    return [proc for proc in live_processes(known) if abs(proc.create_time() - known[proc.pid]) < 0.01]
+    alive = []
+    for proc in live_processes(known):
+        with contextlib.suppress(psutil.Error):
+            if abs(start_time(proc) - known[proc.pid]) < 0.01:
+                alive.append(proc)
+    return alive
 
 
 def reap_orphans(tracked: subprocess.Popen[bytes] | None = None) -> list[int]:
@@ -68,11 +114,6 @@ def name_of(proc: psutil.Process) -> str:
         return proc.name()
     except psutil.Error:
         return "?"
-
-
-def leftover_vllm_processes(own_pids: Mapping[int, float]) -> list[psutil.Process]:
-    """Processes recorded in our state by an earlier run that are still alive (same pid and start time)."""
-    return remembered(own_pids)
 
 
 def live_processes(pids: Iterable[int]) -> list[psutil.Process]:

@@ -237,13 +237,7 @@ def _stop_recorded_children(data: Any) -> list[str]:
     """Stop the processes a dead daemon recorded (PID and start time both match): ours, never a stranger."""
     from launcher.run import processes
 
-    known = ((data or {}).get("child") or {}).get("known") if isinstance(data, dict) else None
-    if not isinstance(known, dict) or not known:
-        return []
-    try:
-        alive = processes.leftover_vllm_processes({int(pid): float(t) for pid, t in known.items()})
-    except (TypeError, ValueError):
-        return []
+    alive = processes.recorded_children(data)
     names = [f"{p.pid} {processes.name_of(p)}" for p in alive]
     stuck = processes.kill_processes(alive)
     return [n for n in names if n not in stuck] + [f"{n} (could not be stopped)" for n in stuck]

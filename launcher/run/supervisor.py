@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 
 from launcher.run.logpump import LogPump, RotatingFile
-from launcher.run.processes import in_session, name_of, reap_orphans, remembered, tree
+from launcher.run.processes import boot_id, in_session, name_of, reap_orphans, remembered, start_time, tree
 from launcher.vllm.command import CHILD_ENV, Plan
 from launcher.vllm.diagnose import Diagnoser, Diagnosis
 
@@ -41,8 +41,8 @@ class Child:
     popen: subprocess.Popen[bytes]
     pump: LogPump
     started: float
-    create_time: float
-    known: dict[int, float] = field(default_factory=dict)  # pid → create_time of every descendant seen
+    start_time: float  # seconds after boot (processes.start_time): immune to clock steps
+    known: dict[int, float] = field(default_factory=dict)  # pid → start_time of every descendant seen
 
     @property
     def pid(self) -> int:
@@ -56,7 +56,7 @@ class Child:
         """Snapshot the tree now, so a process that later escapes the group is still stopped."""
         for proc in tree(self.pid):
             with contextlib.suppress(psutil.Error):
-                self.known.setdefault(proc.pid, proc.create_time())
+                self.known.setdefault(proc.pid, start_time(proc))
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,9 +110,9 @@ def spawn(plan: Plan, *, attempt: int, secrets: Mapping[str, str], sink: Rotatin
     pump = LogPump(proc.stdout, sink, echo, Diagnoser(block_size))
     pump.start()
     try:
-        created = psutil.Process(proc.pid).create_time()
-    except psutil.Error:
-        created = time.time()
+        created = start_time(psutil.Process(proc.pid))
+    except psutil.Error:  # it exited at once; nothing of it is left to recognise
+        created = -1.0
     return Child(attempt, plan, proc, pump, time.monotonic(), created, {proc.pid: created})
 
 
@@ -154,5 +154,5 @@ def stop_tree(child: Child, grace_s: float) -> StopReport:
 
 def describe(child: Child) -> dict[str, Any]:
     """What state.json records about the child (no environment: it holds the secrets)."""
-    return {"pid": child.pid, "pgid": child.pgid, "create_time": child.create_time, "attempt": child.attempt,
-            "known": {str(pid): created for pid, created in child.known.items()}}
+    return {"pid": child.pid, "pgid": child.pgid, "start_time": child.start_time, "boot_id": boot_id(),
+            "attempt": child.attempt, "known": {str(pid): started for pid, started in child.known.items()}}

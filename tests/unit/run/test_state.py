@@ -7,12 +7,13 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from launcher.errors import EX_CONFIG, LockHeld, TransientFailure
-from launcher.run import state
+from launcher.run import processes, state
 from tests.conftest import ROOT
 
 
@@ -108,8 +109,9 @@ class TestDownIsSafe:
 
         orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
         try:
-            created = psutil.Process(orphan.pid).create_time()
-            self.write_state(tmp_path, pid=999_999_999, child={"known": {str(orphan.pid): created}})
+            created = processes.start_time(psutil.Process(orphan.pid))
+            self.write_state(tmp_path, pid=999_999_999,
+                             child={"known": {str(orphan.pid): created}, "boot_id": processes.boot_id()})
             assert 0 == state.down_command("qwen3", environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
             assert f"stopped what its last run left: {orphan.pid}" in capsys.readouterr().out
             assert orphan.wait(10) is not None
@@ -163,3 +165,27 @@ def test_an_unwritable_state_or_log_directory_is_78_naming_it(tmp_path: Path, br
     expected = "the state directory" if broken == "state" else "launcher.log_file's directory"
     assert done.returncode == 78
     assert f"{expected} {blocker}" in done.stderr and "Traceback" not in done.stderr
+
+
+class TestProcessIdentity:
+    def test_start_time_is_the_kernels_and_ignores_the_wall_clock(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """psutil's create_time adds the wall-clock boot time, which a clock step moves; ours does not."""
+        import psutil
+        from psutil import _pslinux
+
+        before_ours, before_psutil = processes.start_time(psutil.Process()), psutil.Process().create_time()
+        stepped = _pslinux.boot_time() + 3600.0  # the kernel's btime after the clock stepped an hour
+        monkeypatch.setattr(_pslinux, "boot_time", lambda: stepped)
+        assert abs(psutil.Process().create_time() - before_psutil) > 3000  # what the old identity would see
+        assert processes.start_time(psutil.Process()) == before_ours
+        assert 0 < before_ours <= time.clock_gettime(time.CLOCK_BOOTTIME)
+
+    def test_a_record_from_another_boot_is_never_trusted(self) -> None:
+        me = os.getpid()
+        started = processes.start_time(__import__("psutil").Process(me))
+        same = {"child": {"boot_id": processes.boot_id(), "known": {str(me): started}}}
+        other = {"child": {"boot_id": "another-boot", "known": {str(me): started}}}
+        assert [p.pid for p in processes.recorded_children(same)] == [me]
+        assert processes.recorded_children(other) == []
+        assert processes.recorded_children({"child": {"boot_id": processes.boot_id(), "known": {"x": "y"}}}) == []
+        assert processes.recorded_children({"child": None}) == []
