@@ -133,6 +133,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except ConfigError as exc:
         print(f"install-systemd: {exc}", file=sys.stderr)
         return EX_CONFIG
+    except OSError as exc:  # e.g. not root: /etc/vllm-launch/creds is root-only
+        print(f"install-systemd: {exc}; run it with sudo (or --root DIR for a directory tree)", file=sys.stderr)
+        return 1
     if args.dry_run:
         if args.root:
             print(f"# every path below is under --root {args.root}")
