@@ -39,21 +39,26 @@ def ensure_writable_dir(directory: Path, what: str, fix: str) -> None:
         raise ConfigError(f"{what} {directory} is not writable ({exc.strerror or exc}); {fix}") from None
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write-then-rename, so a reader never sees half a file; 0600 because state is ours alone."""
+def write_text_atomic(path: Path, text: str, mode: int = 0o600) -> None:
+    """Write-then-rename, so a reader never sees half a file. The file is created with `mode` (never wider
+    for an instant) and fsync'd before the rename: a power cut must not leave it empty."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "w") as handle:
-            os.fchmod(handle.fileno(), 0o600)
-            json.dump(data, handle, indent=2, default=str)
-            handle.write("\n")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(text)
             handle.flush()
-            os.fsync(handle.fileno())  # a power cut must not leave an empty state file behind the rename
+            os.fsync(handle.fileno())
         Path(tmp).replace(path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """State is ours alone: 0600."""
+    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def read_json(path: Path) -> Any:

@@ -10,7 +10,6 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
@@ -32,6 +31,7 @@ from launcher.deploy.systemd_plan import (
     writable_paths,
 )
 from launcher.errors import EX_CONFIG, EX_USAGE, ConfigError
+from launcher.statedir import write_text_atomic
 
 PROJECT = Path(__file__).resolve().parents[2]
 TEMPLATE = PROJECT / "systemd" / "vllm-launch@.service"
@@ -54,23 +54,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def _under(root: str | None, path: PurePosixPath) -> Path:
     return Path(root) / path.relative_to("/") if root else Path(path)
-
-
-def _write(root: str | None, step: WriteFile) -> None:
-    """Atomic, and never readable beyond its mode for an instant (the file is created with it)."""
-    target = _under(root, step.path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    try:
-        os.fchmod(fd, step.mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(step.content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        Path(temp).replace(target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 def _remove(root: str | None, step: Remove) -> None:
@@ -96,7 +79,7 @@ def carry_out(steps: Sequence[Step], root: str | None) -> None:
             path.mkdir(parents=True, exist_ok=True)
             path.chmod(step.mode)
         elif isinstance(step, WriteFile):
-            _write(root, step)
+            write_text_atomic(_under(root, step.path), step.content, step.mode)
         else:
             _remove(root, step)
 

@@ -105,6 +105,7 @@ def secret_values(profile: Profile, environ: Mapping[str, str], existing: set[st
     values: dict[str, str] = {}
     for key in secrets_used(profile):
         ref = getattr(profile, key)
+        name = ref.ref if ref.kind == "env" else _SECRET_ENV[key]  # the variable the installer reads
         if ref.kind == "file" and not ref.ref.startswith(CREDENTIALS_PREFIX):
             try:
                 with open(ref.ref, encoding="utf-8") as handle:
@@ -113,12 +114,10 @@ def secret_values(profile: Profile, environ: Mapping[str, str], existing: set[st
                 raise ConfigError(f"{key}: cannot read {ref.ref} ({exc.strerror}); the installer copies it "
                                   "into the unit's credentials") from None
         else:
-            name = ref.ref if ref.kind == "env" else _SECRET_ENV[key]
             value = environ.get(name, "")
         if value:
             values[key] = value
         elif key not in existing:
-            name = ref.ref if ref.kind == "env" else _SECRET_ENV[key]
             raise ConfigError(f"{key}: {name} is not set for the installer; run `sudo {name}=… "
                               f"scripts/install-systemd …` (or sudo --preserve-env={name})")
     return values
@@ -164,12 +163,16 @@ def unit_text(template: str, options: InstallOptions) -> str:
     return text.replace("User=vllm\n", f"User={options.user}\n").replace("Group=vllm\n", f"Group={options.user}\n")
 
 
+def _tool(name: str, root: str | None) -> tuple[str, ...]:
+    """systemctl and systemd-sysusers both act on a directory tree with --root."""
+    return (name, f"--root={root}") if root else (name,)
+
+
 def install_steps(profile: Profile, profile_text: str, template: str, options: InstallOptions,
                   secrets: Mapping[str, str]) -> list[Step]:
     name = instance_name(profile)
     unit = f"vllm-launch@{name}.service"
-    systemctl = ("systemctl", f"--root={options.root}") if options.root else ("systemctl",)
-    sysusers = ("systemd-sysusers", f"--root={options.root}") if options.root else ("systemd-sysusers",)
+    systemctl, sysusers = _tool("systemctl", options.root), _tool("systemd-sysusers", options.root)
     steps: list[Step] = [
         WriteFile(SYSUSERS, f'u {options.user} - "vllm-launch service" /var/lib/vllm-launch\n', 0o644),
         Run((*sysusers, SYSUSERS.name)),
@@ -193,7 +196,7 @@ def uninstall_steps(name: str, root: str | None) -> list[Step]:
     """One instance out: its unit stopped and disabled, its profile, drop-in and credentials removed. The
     template, venv, user and caches stay (other instances and the downloaded models use them)."""
     unit = f"vllm-launch@{name}.service"
-    systemctl = ("systemctl", f"--root={root}") if root else ("systemctl",)
+    systemctl = _tool("systemctl", root)
     return [Run(("systemctl", "stop", unit), live_only=True),
             Run((*systemctl, "disable", unit)),
             Remove(UNIT_DIR / f"{unit}.d"),

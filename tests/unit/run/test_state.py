@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,22 @@ import pytest
 from launcher.errors import EX_CONFIG, LockHeld, TransientFailure
 from launcher.run import processes, state
 from tests.conftest import ROOT
+
+
+@contextlib.contextmanager
+def holding_lock(path: Path, *, ignore_sigterm: bool = False) -> Iterator[subprocess.Popen[str]]:
+    """Another process that holds the flock at `path` (and, if asked, ignores SIGTERM) until the block ends."""
+    ignore = "signal.signal(signal.SIGTERM, signal.SIG_IGN); " if ignore_sigterm else ""
+    code = (f"import signal, sys, time, pathlib; sys.path.insert(0, {str(ROOT)!r}); {ignore}"
+            f"from launcher.run import state; lock = state.acquire_lock(pathlib.Path({str(path)!r}), 'x', 'y'); "
+            "print('held', flush=True); time.sleep(30)")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and "held" == holder.stdout.readline().strip()
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 class TestStateFiles:
@@ -42,20 +60,11 @@ class TestLocks:
     def test_second_holder_is_told_the_first_pid(self, tmp_path: Path) -> None:
         """Another process holding the lock makes acquire fail with 78 and that process's PID."""
         path = tmp_path / "lock"
-        root = str(ROOT)
-        code = (f"import sys, time, pathlib; sys.path.insert(0, {root!r}); from launcher.run import state; "
-                f"lock = state.acquire_lock(pathlib.Path({str(path)!r}), 'x', 'y'); print('held', flush=True); "
-                "time.sleep(30)")
-        holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-        try:
-            assert holder.stdout is not None and "held" == holder.stdout.readline().strip()
+        with holding_lock(path) as holder:
             with pytest.raises(LockHeld) as caught:
                 state.acquire_lock(path, "profile qwen3", "stop it with `vllm-launch down qwen3`")
             assert EX_CONFIG == caught.value.exit_code
             assert f"PID {holder.pid}" in str(caught.value)
-        finally:
-            holder.kill()
-            holder.wait()
         lock = state.acquire_lock(path, "profile qwen3", "fix")  # free again once the holder is gone
         assert str(os.getpid()) == path.read_text()
         state.release_lock(lock)
@@ -122,21 +131,11 @@ class TestDownIsSafe:
     def test_a_daemon_that_will_not_stop_is_exit_75(self, tmp_path: Path) -> None:
         """The lock holder is signalled; one that ignores SIGTERM past the timeout is a temporary failure (75)."""
         directory = self.write_state(tmp_path, pid=0)
-        code = (f"import signal, sys, time, pathlib; sys.path.insert(0, {str(ROOT)!r}); "
-                "signal.signal(signal.SIGTERM, signal.SIG_IGN); from launcher.run import state; "
-                f"lock = state.acquire_lock(pathlib.Path({str(directory / 'lock')!r}), 'x', 'y'); "
-                "print('held', flush=True); time.sleep(30)")
-        holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-        try:
-            assert holder.stdout is not None and "held" == holder.stdout.readline().strip()
+        with holding_lock(directory / "lock", ignore_sigterm=True) as holder:
             with pytest.raises(TransientFailure) as caught:
                 state.down_command("qwen3", timeout=0.5, environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
             assert 75 == caught.value.exit_code
             assert f"PID {holder.pid}" in str(caught.value)
-        finally:
-            holder.kill()
-            holder.wait()
-
 
 def test_state_writes_reach_the_disk_before_the_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A power cut after the rename must not leave an empty state.json: the data is fsync'd first."""
