@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--container", action="store_true",
                     help="container mode (automatic with RUNPOD_POD_ID or as PID 1): a failure keeps the pod up "
                          "with a page saying why, instead of a crash loop")
+    up.add_argument("-v", "--verbose", action="store_true",
+                    help="vLLM's raw output on the console too when launcher.log_file keeps it (without a "
+                         "log_file it is always shown)")
     up.add_argument("--log-format", choices=("auto", "json", "console"), default="auto",
                     help="the launcher's own log lines: JSON when stdout is not a terminal (auto)")
 
@@ -157,7 +160,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     from launcher.run import daemon
 
     return daemon.up(args.profile, sets=tuple(args.sets), inventory_path=args.gpu_inventory,
-                     log_format=args.log_format, container_mode=args.container)
+                     log_format=args.log_format, container_mode=args.container,
+                     verbose=args.verbose)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

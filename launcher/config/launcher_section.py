@@ -28,7 +28,7 @@ LAUNCHER_KEYS = (
 _LADDER_KEYS = ("gpu_memory_utilization", "drop_fp8_kv_if_unsupported", "min_model_len")
 _REQUIRE_KEYS = ("min_sessions", "min_kv_tokens")
 _RESTART_KEYS = ("max", "window", "backoff")
-_HEALTH_KEYS = ("interval", "failures", "timeout", "completion_probe")
+_HEALTH_KEYS = ("interval", "failures", "timeout", "completion_probe", "completion_interval", "completion_timeout")
 _METRICS_KEYS = ("port", "address", "textfile")
 
 
@@ -141,6 +141,8 @@ def _health(r: KeyReader, data: dict[str, Any]) -> HealthPolicy:
         failures=r.integer(data, "failures", "launcher.health.failures", 3, minimum=1) or 1,
         timeout_s=r.duration(data, "timeout", "launcher.health.timeout", "5s"),
         completion_probe=r.boolean(data, "completion_probe", "launcher.health.completion_probe", False),
+        completion_interval_s=r.duration(data, "completion_interval", "launcher.health.completion_interval", "5m"),
+        completion_timeout_s=r.duration(data, "completion_timeout", "launcher.health.completion_timeout", "60s"),
     )
 
 

@@ -73,7 +73,11 @@ class HealthPolicy:
     interval_s: float
     failures: int
     timeout_s: float
-    completion_probe: bool
+    completion_probe: bool  # also a 1-token completion before READY
+    # While serving, a 1-token completion this often (0: never): /health answers 200 while the engine is
+    # wedged; a completion that fails or outlasts completion_timeout counts as a failed probe.
+    completion_interval_s: float = 300.0
+    completion_timeout_s: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,9 @@ class FakeProbe:
             reserved: 0                   # driver-reserved (NVML memory v2)
             cuda_total: 45469MiB          # what CUDA calls total, when known
             processes: [{pid: 4242, name: python3, used: 6GiB}]
+            # An entry with release_on_exit: true is memory a live process takes on top of free/used (the
+            # integration fake registers its engine so); it is dropped once that PID is gone and its
+            # held_until (epoch seconds: the driver still freeing it) has passed.
             mig_enabled: false
             ecc_uncorrected: 0
             compute_mode: default         # exclusive_process, prohibited
@@ -150,6 +154,8 @@ class _InventoryReader:
             used = max(0, total - free - (reserved or 0))
         if free > total or free < 0:
             raise self.fail(f"{key}.free", f"{free} bytes free of {total} total", "free must be between 0 and total")
+        processes, taken = self.processes(item.get("processes"), f"{key}.processes")
+        free, used = max(0, free - taken), used + min(taken, free)
         index = self.integer(item, "index", f"{key}.index")
         throttle = item.get("throttle_reasons") or []
         if not isinstance(throttle, list):
@@ -160,7 +166,7 @@ class _InventoryReader:
         return GpuDevice(
             index=position if index is None else index, uuid=self.text(item, "uuid", f"{key}.uuid"), name=name,
             cc=self.cc(item.get("cc"), f"{key}.cc"), total_bytes=total, free_bytes=free, used_bytes=used,
-            reserved_bytes=reserved, processes=self.processes(item.get("processes"), f"{key}.processes"),
+            reserved_bytes=reserved, processes=processes,
             mig_enabled=mig, ecc_uncorrected=self.integer(item, "ecc_uncorrected", f"{key}.ecc_uncorrected"),
             compute_mode=self.text(item, "compute_mode", f"{key}.compute_mode"),
             temperature_c=self.integer(item, "temperature_c", f"{key}.temperature_c"),
@@ -179,12 +185,14 @@ class _InventoryReader:
             raise self.fail(key, f"expected a compute capability, got {value!r}", "write cc: \"8.9\" or cc: [8, 9]")
         return int(major), int(minor)
 
-    def processes(self, value: Any, key: str) -> tuple[GpuProcess, ...]:
+    def processes(self, value: Any, key: str) -> tuple[tuple[GpuProcess, ...], int]:
+        """The processes, and the bytes that live release_on_exit entries take on top of free/used."""
         if value is None:
-            return ()
+            return (), 0
         if not isinstance(value, list):
             raise self.fail(key, "expected a list", "write processes: [{pid: 4242, name: python3, used: 6GiB}]")
         found = []
+        taken = 0
         for n, proc in enumerate(value):
             where = f"{key}[{n}]"
             if not isinstance(proc, Mapping):
@@ -192,6 +200,21 @@ class _InventoryReader:
             pid = self.integer(proc, "pid", f"{where}.pid")
             if pid is None:
                 raise self.fail(f"{where}.pid", "missing", "write pid: 4242")
-            found.append(GpuProcess(pid, self.text(proc, "name", f"{where}.name"),
-                                    self.size(proc, "used", f"{where}.used")))
-        return tuple(found)
+            used = self.size(proc, "used", f"{where}.used")
+            if proc.get("release_on_exit") is True:
+                held_until = proc.get("held_until")
+                lingering = isinstance(held_until, int | float) and time.time() < held_until
+                if not (_alive(pid) or lingering):
+                    continue
+                taken += used or 0
+            found.append(GpuProcess(pid, self.text(proc, "name", f"{where}.name"), used))
+        return tuple(found), taken
+
+
+def _alive(pid: int) -> bool:
+    """A running process (a zombie has given its memory back)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2:][:1] not in (b"Z", b"X")

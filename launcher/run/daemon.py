@@ -1,7 +1,7 @@
 """`vllm-launch up`: the run as a sequence of stages, under the profile's lock, until SIGTERM (SIGHUP reloads).
 
 prelaunch (leftovers, port, GPU preflight) → startup (attempts up the ladder until READY) →
-serving (watch; restart a dead engine) → shutdown. Signal handlers only set an Event; every
+serving (watch; restart a dead engine) → shutdown. Signals reach an Event through a wakeup pipe; every
 wait is on it, so SIGTERM ends everything at once, whatever the daemon is doing.
 """
 
@@ -35,21 +35,54 @@ log = structlog.get_logger("vllm_launch")
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[tuple[threading.Event, threading.Event]]:
     """SIGTERM and SIGINT set the stop Event, SIGHUP the reload Event (and nothing else: a closed terminal
-    or `systemctl reload` never kills the daemon and orphans vLLM); the old handlers come back on exit."""
+    or `systemctl reload` never kills the daemon and orphans vLLM); the old handlers come back on exit.
+
+    The handlers do nothing in Python: the interpreter writes each signal's number to a wakeup pipe and
+    a thread sets the Events. A handler that set an Event itself could deadlock: it runs on the main
+    thread between bytecodes, maybe while that thread holds the Event's own lock inside `Event.wait`.
+    """
     stop, reload = threading.Event(), threading.Event()
+    read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    os.set_blocking(read_fd, True)
 
-    def handler(signum: int, frame: FrameType | None) -> None:
-        (reload if signum == signal.SIGHUP else stop).set()
+    def relay() -> None:
+        while True:
+            try:
+                data = os.read(read_fd, 64)
+            except InterruptedError:
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            for signum in data:
+                if signum == 0:
+                    return  # our own "stop relaying" byte
+                (reload if signum == signal.SIGHUP else stop).set()
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    def ignore(signum: int, frame: FrameType | None) -> None:
+        """The wakeup fd carries the signal; Python needs a handler installed for that to happen."""
+
+    relay_thread = threading.Thread(target=relay, name="signal-relay", daemon=True)
+    relay_thread.start()
+    old_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    previous = {sig: signal.signal(sig, ignore) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
         yield stop, reload
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+        signal.set_wakeup_fd(old_wakeup)
+        with contextlib.suppress(OSError):
+            os.write(write_fd, b"\0")
+        relay_thread.join(timeout=1.0)
+        for fd in (read_fd, write_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None = None, console: bool = True,
+        verbose: bool = False,
         reload: threading.Event | None = None, sets: tuple[str, ...] = ()) -> int:
     """Hold the profile's locks and state for the whole run; every way out stops the child."""
     environ = dict(os.environ)
@@ -68,6 +101,7 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
                      phase="preflight", started_at=time.time(), decisions=[], attempt=0, child=None,
                      capacity=None, error=None, served_model_name=None, url=None)
         session = Session(profile, stop, store, inventory_path=inventory_path, environ=environ, console=console,
+                          verbose=verbose,
                           reload=reload or threading.Event(), sets=sets)
         session.notify(STATUS="preflight")
         try:
@@ -186,20 +220,22 @@ def _shutdown(session: Session, why: str) -> int:
 
 
 def up(profile_path: str | None, *, sets: tuple[str, ...] = (), inventory_path: str | None = None,
-       log_format: str = "auto", container_mode: bool = False) -> int:
+       log_format: str = "auto", container_mode: bool = False, verbose: bool = False) -> int:
     """`vllm-launch up PROFILE`: run until SIGTERM; the exit code says what happened."""
     logs.configure(log_format)
     if container.enabled(os.environ, container_mode):
-        return _up_in_container(profile_path, sets, inventory_path)
+        return _up_in_container(profile_path, sets, inventory_path, verbose)
     if not profile_path:
         raise UsageError("up needs a PROFILE (or, in a container, VLLM_LAUNCH_PROFILE)")
     prof = load(profile_path, sets)
     structlog.contextvars.bind_contextvars(profile=prof.name)
     with stop_on_signals() as (stop, reload):
-        return run(prof, stop, inventory_path=inventory_path, console=True, reload=reload, sets=sets)
+        return run(prof, stop, inventory_path=inventory_path, console=True, reload=reload, sets=sets,
+                   verbose=verbose)
 
 
-def _up_in_container(profile_path: str | None, sets: tuple[str, ...], inventory_path: str | None) -> int:
+def _up_in_container(profile_path: str | None, sets: tuple[str, ...], inventory_path: str | None,
+                     verbose: bool) -> int:
     """Never crash-loop a pod: a failure keeps the launcher up with a page that says why (run/container.py)."""
     path, all_sets = container.arguments(profile_path, sets, os.environ)
     os.environ.update(container.cache_environment(os.environ))
@@ -211,7 +247,8 @@ def _up_in_container(profile_path: str | None, sets: tuple[str, ...], inventory_
                 prof = load(path, all_sets)
                 host, port = prof.host, prof.port
                 structlog.contextvars.bind_contextvars(profile=prof.name)
-                return run(prof, stop, inventory_path=inventory_path, console=True, reload=reload, sets=all_sets)
+                return run(prof, stop, inventory_path=inventory_path, console=True, reload=reload,
+                           sets=all_sets, verbose=verbose)
             except LauncherError as exc:
                 if stop.is_set():
                     return EX_OK

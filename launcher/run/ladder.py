@@ -190,6 +190,10 @@ def _kv_insufficient(profile: Profile, overrides: dict[str, FlagValue | None], f
         raise Stop(f"kv_insufficient: {why}; {options}")
     new = round_to_block(estimate, block)
     floor = profile.launcher.ladder.min_model_len
+    if d.reason == "auto_fit_edge" and new > 0:
+        overrides["max-model-len"] = new  # what `auto` meant, one block lower: no floor to ask for
+        return Step(MappingProxyType(overrides), f"max-model-len auto ({current}) → {new}",
+                    f"kv_insufficient: {d.root_cause} (one block of {block} lower)")
     if floor is None:
         raise Stop(f"kv_insufficient: {why}; the profile does not allow cutting the context "
                    f"(set launcher.ladder.min_model_len), or {options}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import re
 import threading
 import time
 from collections import deque
@@ -25,6 +26,9 @@ TAIL_LINES = 50
 MAX_LINE_BYTES = 64 * 1024
 # After a failed log write (disk full, file removed under us) the file is reopened at most this often.
 REOPEN_EVERY_S = 30.0
+# The access-log lines of the launcher's own probes: every few seconds, never worth a console line.
+_OUR_PROBES = re.compile(r'INFO:\s+127\.0\.0\.1:\d+ - "GET /(?:health|v1/models|metrics|version) HTTP/1\.[01]" ')
+_LINE_END = re.compile(rb"\r\n|[\r\n]")
 
 
 log = structlog.get_logger("vllm_launch")
@@ -94,19 +98,41 @@ class LogPump(threading.Thread):
         self.warned: set[str] = set()
 
     def run(self) -> None:
-        for raw in iter(lambda: self.stream.readline(MAX_LINE_BYTES), b""):
-            line = raw.decode("utf-8", errors="replace").rstrip("\n")
+        """Read whatever the pipe holds (a `\r` redraw of a progress bar is progress too, though no newline
+        follows for minutes); every piece ended by \n or \r is a line, and an endless one is cut."""
+        pending = b""
+        while chunk := self._read_chunk():
             self.last_output = time.monotonic()
-            self._write(line)
-            try:
-                self._feed(line)
-            except Exception as exc:  # the pump must outlive any line: a dead pump blocks vLLM on a full pipe
-                self._warn_once("diagnosis", f"a line could not be classified ({type(exc).__name__}: {exc})")
+            pieces = _LINE_END.split(pending + chunk)
+            pending = pieces.pop()
+            while len(pending) > MAX_LINE_BYTES:
+                pieces.append(pending[:MAX_LINE_BYTES])
+                pending = pending[MAX_LINE_BYTES:]
+            for piece in pieces:
+                if piece:
+                    self._line(piece)
+        if pending:
+            self._line(pending)
         self.events.put(EOF)
 
+    def _read_chunk(self) -> bytes:
+        read1 = getattr(self.stream, "read1", None)
+        try:
+            return bytes(read1(MAX_LINE_BYTES) if read1 is not None else self.stream.read(MAX_LINE_BYTES))
+        except (OSError, ValueError):  # the pipe was closed under us: the child is gone
+            return b""
+
+    def _line(self, raw: bytes) -> None:
+        line = raw.decode("utf-8", errors="replace")
+        self._write(line)
+        try:
+            self._feed(line)
+        except Exception as exc:  # the pump must outlive any line: a dead pump blocks vLLM on a full pipe
+            self._warn_once("diagnosis", f"a line could not be classified ({type(exc).__name__}: {exc})")
+
     def _feed(self, line: str) -> None:
-        if self.echo:
-            logs.echo_child_line(line.rstrip("\r"))
+        if self.echo and not _OUR_PROBES.search(line):
+            logs.echo_child_line(line)
         self.tail.append(line)
         with self.lock:
             event = self.diagnoser.feed(line)

@@ -20,7 +20,7 @@ from launcher.plan import calibration, modelinfo
 from launcher.plan.capacity import capacity_for, capacity_inputs
 from launcher.plan.hostfacts import host_facts
 from launcher.plan.preflight import evaluate
-from launcher.run import processes
+from launcher.run import gpurelease, processes
 from launcher.run.session import Session
 from launcher.vllm import command
 
@@ -91,6 +91,8 @@ def preflight(session: Session) -> tuple[dict[str, FlagValue | None], GpuId]:
         if prof.launcher.device != "cpu" and probe is not None:
             inventory = probe.read()
         host = host_facts(prof, environ=session.environ)
+    if prof.launcher.device != "cpu" and inventory.visible_devices:
+        session.gpu_baseline = gpurelease.baseline(inventory.visible_devices)
     result = evaluate(prof, inventory, host=host, capacity=cap, version=session.semantics)
     for problem in result.problems:
         (log.error if problem.severity == "error" else log.warning)(

@@ -16,6 +16,7 @@ from launcher.vllm.command import Plan
 from launcher.vllm.diagnose import Diagnosis
 from launcher.vllm.signatures import KV_INSUFFICIENT, LogEvent
 
+AUTO_LENGTHS = ("auto", "-1")
 # How long a generic fatal line ("EngineCore failed to start") waits for its root cause.
 ROOT_CAUSE_WAIT_S = 2.0
 
@@ -31,11 +32,13 @@ class ReadyCheck:
 
 
 def wait_ready(child: Child, stop: threading.Event, check: ReadyCheck, *, on_event: Callable[[LogEvent], None],
-               tick: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.monotonic) -> Outcome:
+               tick: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.monotonic,
+               last_progress: Callable[[], float] = lambda: 0.0) -> Outcome:
     """Block until the server is ready, an attempt-ending line is read, it exits, stalls, or we are stopped.
 
     The first specific fatal line decides at once: vLLM can hang after a fatal error,
     or exit 0. A generic one ("EngineCore failed to start") waits briefly for its root cause.
+    `startup_stall` counts from the last output line or the last `last_progress()` (a download's growth).
     """
     plan = child.plan
     deadline = child.started + plan.startup_timeout_s
@@ -69,9 +72,10 @@ def wait_ready(child: Child, stop: threading.Event, check: ReadyCheck, *, on_eve
         if now >= next_snapshot:
             child.remember_descendants()
             next_snapshot = now + 2.0
-        silent = now - child.pump.last_output
+        silent = now - max(child.pump.last_output, last_progress())
         if silent >= plan.startup_stall_s:
-            return outcome(child, "timed_out", f"no output for {silent:.0f}s (launcher.startup_stall)")
+            return outcome(child, "timed_out", f"no output and no download progress for {silent:.0f}s "
+                                                "(launcher.startup_stall)")
         if now >= deadline:
             return outcome(child, "timed_out", f"not ready after {plan.startup_timeout_s:.0f}s "
                                                 "(launcher.startup_timeout)")
@@ -84,13 +88,22 @@ def wait_ready(child: Child, stop: threading.Event, check: ReadyCheck, *, on_eve
                     return outcome(child, "ready", models_info[1], max_model_len=models_info[2])
 
 
-def capacity_gate(require: Requirements, outcome: Outcome, plan: Plan) -> Outcome | None:
-    """READY only when the capacity the log reports meets launcher.require; else the failed outcome."""
+def capacity_gate(require: Requirements, outcome: Outcome, plan: Plan, block_size: int = 16) -> Outcome | None:
+    """READY only when the capacity the log reports meets launcher.require (and an `auto` context leaves
+    the block vLLM keeps back); else the failed outcome."""
     numbers = dict(outcome.diagnosis.numbers)
     length = numbers.get("served_max_model_len") or plan.max_model_len
     tokens = numbers.get("kv_tokens")
     if not isinstance(tokens, int) or not length:
         return None
+    if str(plan.flags.get("max-model-len")) in AUTO_LENGTHS and length > tokens - block_size:
+        # vLLM keeps one null block out of the pool: a request of exactly the fitted length never gets
+        # its last block and waits forever. One block lower is the longest context that is served.
+        numbers.update(max_model_len=length, estimated_max_model_len=tokens - block_size)
+        root = (f"max-model-len auto fitted {length:,} tokens to a pool of {tokens:,}, which leaves no room for "
+                f"the null block vLLM keeps; a request that long would never be scheduled")
+        return Outcome("failed", outcome.attempt, Diagnosis(KV_INSUFFICIENT, "auto_fit_edge", root, numbers,
+                                                            "serving"), None, outcome.tail, root)
     reason = None
     if require.min_sessions is not None and tokens / length < require.min_sessions:
         reason = "below_min_sessions"

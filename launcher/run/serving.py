@@ -19,14 +19,49 @@ from launcher.units import format_duration
 log = structlog.get_logger("vllm_launch")
 
 
+class CompletionCheck:
+    """A 1-token completion in a thread of its own, so a wedged engine never blocks the watch loop."""
+
+    def __init__(self, send: Callable[[], bool], interval_s: float, clock: Callable[[], float]) -> None:
+        self.send = send
+        self.interval_s = interval_s
+        self.clock = clock
+        self.next_at = clock() + interval_s
+        self.thread: threading.Thread | None = None
+        self.result: bool | None = None
+
+    def due(self, now: float) -> bool:
+        return self.interval_s > 0 and self.thread is None and now >= self.next_at
+
+    def start(self) -> None:
+        self.result = None
+
+        def run() -> None:
+            self.result = self.send()
+
+        self.thread = threading.Thread(target=run, name="completion-probe", daemon=True)
+        self.thread.start()
+
+    def finished(self) -> bool | None:
+        """The answer once the probe is over (the HTTP timeout bounds it), else None."""
+        if self.thread is None or self.thread.is_alive():
+            return None
+        self.thread = None
+        return bool(self.result)
+
+
 def watch(child: Child, stop: threading.Event, *, health: Callable[[], bool], interval_s: float, failures: int,
           tick: Callable[[], None], clock: Callable[[], float] = time.monotonic,
-          reload: threading.Event | None = None) -> Outcome:
-    """After READY: return when we are stopped, asked to reload, or the engine dies (log, exit, or failed
-    health checks)."""
-    failed = 0
+          reload: threading.Event | None = None, completion: CompletionCheck | None = None) -> Outcome:
+    """After READY: return when we are stopped, asked to reload, or the engine dies: it exits, `failures`
+    probes fail in a row (/health, or the periodic completion), or vLLM logs its death and /health agrees.
+
+    A death line alone restarts nothing: a client's prompt or URL can carry any text into the log, so
+    the engine is dead when its process exits or its /health fails too."""
+    failed = wedged = 0
     next_probe = clock() + interval_s
     next_snapshot = clock()
+    suspect: str | None = None  # a death line read: probe /health at once
     while True:
         if stop.is_set():
             return outcome(child, "stopped", "stop requested")
@@ -38,7 +73,7 @@ def watch(child: Child, stop: threading.Event, *, health: Callable[[], bool], in
         except queue.Empty:
             event = None
         if event is not None and event.kind == "failure" and event.failure == "engine_dead":
-            return outcome(child, "engine_dead", event.message)
+            suspect, next_probe = event.message, clock()
         if event is EOF or child.popen.poll() is not None:
             child.pump.join(timeout=2.0)
             return outcome(child, "engine_dead", f"vLLM exited with {child.popen.wait()} while serving")
@@ -47,11 +82,32 @@ def watch(child: Child, stop: threading.Event, *, health: Callable[[], bool], in
         if now >= next_snapshot:
             child.remember_descendants()
             next_snapshot = now + 10.0
+        answered = completion.finished() if completion is not None else None
+        if completion is not None and answered is not None:
+            # A wedged engine answers /health: its failed completions count on their own, not reset by it.
+            wedged = 0 if answered else wedged + 1
+            completion.next_at = now + (completion.interval_s if answered else 0.0)  # retry at once until it answers
+            if not answered:
+                log.warning("serving.completion_failed", failures=wedged, of=failures)
         if now >= next_probe:
             next_probe = now + interval_s
-            failed = 0 if health() else failed + 1
-            if failed >= failures:
-                return outcome(child, "engine_dead", f"/health failed {failed} times in a row")
+            if health():
+                if suspect is not None:
+                    log.warning("serving.death_line_ignored", line=suspect[:300],
+                                reason="/health still answers and vLLM runs: not vLLM's own record")
+                    suspect = None
+                failed = 0
+                if completion is not None and completion.due(now):
+                    completion.start()
+            else:
+                failed += 1
+                if suspect is not None:
+                    return outcome(child, "engine_dead", suspect)
+        if failed >= failures:
+            return outcome(child, "engine_dead", f"/health failed {failed} times in a row")
+        if wedged >= failures:
+            return outcome(child, "engine_dead", f"/health answers but {wedged} 1-token completions in a row "
+                                                 "failed (launcher.health.completion_interval): the engine is wedged")
 
 
 def serve(session: Session) -> Outcome:
@@ -61,9 +117,16 @@ def serve(session: Session) -> Outcome:
         raise Stopped  # the child was stopped while becoming ready
     policy = session.profile.launcher.health
     plan = child.plan
+    api_key = session.secrets.get("VLLM_API_KEY")
+
+    def send_completion() -> bool:
+        return health.check_completion(plan.base_url, plan.served_model_name, api_key,
+                                       timeout=policy.completion_timeout_s).ok
+
+    completion = CompletionCheck(send_completion, policy.completion_interval_s, time.monotonic)
     return watch(child, session.stop, health=lambda: health.check_health(plan.base_url, policy.timeout_s).ok,
                  interval_s=policy.interval_s, failures=policy.failures, tick=lambda: session.tick(child),
-                 reload=session.reload)
+                 reload=session.reload, completion=completion)
 
 
 def restart_or_give_up(session: Session, outcome: Outcome) -> None:
@@ -85,5 +148,5 @@ def restart_or_give_up(session: Session, outcome: Outcome) -> None:
     session.store.update(phase="restarting")
     session.notify(STATUS=f"engine died; restarting in {delay:.0f}s ({len(session.restarts)}/{policy.max_restarts})")
     log.info("restart.backoff", seconds=delay, restarts=len(session.restarts))
-    if session.stop.wait(delay):
+    if session.wait(delay):
         raise Stopped

@@ -21,7 +21,9 @@ from launcher.gpu.detect import detect
 from launcher.gpu.inventory import GpuProbe
 from launcher.gpu.inventory_file import FakeProbe
 from launcher.run import sdnotify, state, supervisor
+from launcher.run.gpurelease import Baseline
 from launcher.run.processes import reap_orphans
+from launcher.run.progress import CacheGrowth
 from launcher.vllm.signatures import LogEvent
 from launcher.vllm.versions import VersionSemantics
 
@@ -53,6 +55,7 @@ class Session:
     inventory_path: str | None = None
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     console: bool = True
+    verbose: bool = False  # -v: vLLM's raw lines on the console even when they also go to launcher.log_file
     reload: threading.Event = field(default_factory=threading.Event)  # SIGHUP: read the profile again
     sets: tuple[str, ...] = ()  # the --set overrides, kept for a reload
     # What vLLM is, resolved before the first attempt (and again after a reload).
@@ -62,6 +65,8 @@ class Session:
     secrets: Mapping[str, str] = field(default_factory=dict)
     lkg_key: str = ""
     gpu_id: tuple[str, int, str | None] = ("none", 0, None)  # (GPU name, count, driver) preflight saw
+    download: CacheGrowth | None = None  # the model's HF cache folder, watched while an attempt starts
+    gpu_baseline: Baseline | None = None  # GPU memory used before our first launch (None: no GPU)
     # What happened so far.
     attempts: list[Attempt] = field(default_factory=list)
     restarts: list[float] = field(default_factory=list)
@@ -90,16 +95,32 @@ class Session:
 
     def tick(self, child: supervisor.Child) -> None:
         now = time.monotonic()
-        if not self.serving and now - self.last_extend >= EXTEND_EVERY_S \
-                and now - child.pump.last_output < EXTEND_EVERY_S:
+        last_progress = max(child.pump.last_output, self.download.last_growth if self.download else 0.0)
+        if not self.serving and now - self.last_extend >= EXTEND_EVERY_S and now - last_progress < EXTEND_EVERY_S:
             # Loading progresses: push systemd's start timeout out by one stall period.
             self.last_extend = now
             self.notify(EXTEND_TIMEOUT_USEC=int(self.profile.launcher.startup_stall_s * 1_000_000))
+        self.ping_watchdog()
+        reap_orphans(child.popen)
+
+    def ping_watchdog(self) -> None:
+        """WATCHDOG=1 at half systemd's interval, from every wait of the run (not only the serving loop)."""
         interval = sdnotify.watchdog_interval(self.environ)
+        now = time.monotonic()
         if interval and now - self.last_watchdog >= interval:
             self.last_watchdog = now
             self.notify(WATCHDOG=1)
-        reap_orphans(child.popen)
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds` (a backoff), pinging the watchdog; True at once when a stop is asked for."""
+        deadline = time.monotonic() + seconds
+        while True:
+            self.ping_watchdog()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return self.stop.is_set()
+            if self.stop.wait(min(left, 0.5)):
+                return True
 
     def grace_for_stop(self) -> float:
         grace = self.profile.launcher.stop_grace_s
@@ -109,7 +130,7 @@ class Session:
         child, self.child = self.child, None
         if child is None:
             return None
-        report = supervisor.stop_tree(child, grace_s)
+        report = supervisor.stop_tree(child, grace_s, tick=self.ping_watchdog)
         if child.pump.sink is not None:
             child.pump.sink.close()
         if report.leftovers:

@@ -18,12 +18,13 @@ from launcher.config.profile import FlagValue
 from launcher.errors import ConfigError, LadderExhausted
 from launcher.gpu.match import match_gpu
 from launcher.plan import calibration
-from launcher.run import health, ladder, logs, state, supervisor
+from launcher.run import gpurelease, health, ladder, logs, progress, state, supervisor
 from launcher.run.logpump import RotatingFile
 from launcher.run.readiness import ReadyCheck, capacity_gate, wait_ready
 from launcher.run.session import Attempt, Session, Stopped
 from launcher.units import format_duration
 from launcher.vllm import command
+from launcher.vllm.signatures import LogEvent
 
 log = structlog.get_logger("vllm_launch")
 
@@ -49,7 +50,7 @@ def start(session: Session, overrides: dict[str, FlagValue | None]) -> dict[str,
         return float(min(policy.backoff_max_s, policy.backoff_min_s * 2 ** (session.same_flags_retries - 1)))
 
     def sleep(seconds: float) -> None:
-        session.stop.wait(seconds)  # a signal ends the backoff at once
+        session.wait(seconds)  # a signal ends the backoff at once; the watchdog is pinged meanwhile
 
     def log_backoff(retry_state: RetryCallState) -> None:
         sleep = retry_state.next_action.sleep if retry_state.next_action else 0.0
@@ -104,11 +105,13 @@ def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> supe
     record = Attempt(number, dict(overrides))
     session.attempts.append(record)
     plan = command.build_plan(prof, overrides, vllm_bin=session.vllm_bin, catalog=session.catalog)
+    _wait_for_gpu_memory(session)
     sink = RotatingFile(prof.launcher.log_file, prof.launcher.log_max_bytes,
                         prof.launcher.log_backups) if prof.launcher.log_file else None
     rung = plan.describe_overrides()
     session.child = child = supervisor.spawn(plan, attempt=number, secrets=session.secrets, sink=sink,
-                                             echo=session.console, environ=session.environ,
+                                             echo=session.console and (session.verbose or prof.launcher.log_file is None),
+                                             environ=session.environ,
                                              block_size=ladder.block_size(plan.flags))
     log.info("attempt.started", attempt=number, pid=child.pid, overrides=dict(overrides), argv=list(plan.argv))
     session.store.update(phase="starting", attempt=number, child=supervisor.describe(child), rung=dict(overrides),
@@ -120,12 +123,25 @@ def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> supe
         health=lambda: health.check_health(plan.base_url).ok,
         models=lambda: _models(plan, api_key),
         completion=(lambda: _completion(plan, api_key)) if prof.launcher.health.completion_probe else None)
-    outcome = wait_ready(child, session.stop, check, on_event=session.on_event, tick=lambda: session.tick(child))
+    growth = progress.CacheGrowth(prof.model, {**session.environ, **prof.env})
+    phases = progress.PhaseReporter(growth)
+    session.download = growth
+
+    def on_event(event: LogEvent) -> None:
+        session.on_event(event)
+        phases.on_event(event)
+
+    def tick() -> None:
+        phases.tick()
+        session.tick(child)
+
+    outcome = wait_ready(child, session.stop, check, on_event=on_event, tick=tick,
+                         last_progress=lambda: growth.last_growth)
     if outcome.kind == "stopped":
         record.outcome = "stopped"
         return outcome  # the daemon's shutdown stops the child (start-up grace) and reports its exit and leftovers
     if outcome.kind == "ready":
-        gated = capacity_gate(prof.launcher.require, outcome, plan)
+        gated = capacity_gate(prof.launcher.require, outcome, plan, ladder.block_size(plan.flags))
         if gated is None:
             record.outcome = "ready"
             _ready(session, child, plan, outcome, overrides)
@@ -139,6 +155,15 @@ def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> supe
                 numbers=dict(d.numbers), tail=list(outcome.tail[-8:]) if d.cls == "unknown" else None)
     session.notify(STATUS=f"attempt {number} failed: {d.cls}")
     return outcome
+
+
+def _wait_for_gpu_memory(session: Session) -> None:
+    """The previous attempt's memory must be back before the next launch (run/gpurelease.py)."""
+    if session.gpu_baseline is None:
+        return
+    probe = session.probe()
+    if probe is not None and not gpurelease.wait_for_release(probe, session.gpu_baseline, session.wait):
+        raise Stopped
 
 
 def _ready(session: Session, child: supervisor.Child, plan: command.Plan, outcome: supervisor.Outcome,
@@ -155,8 +180,11 @@ def _ready(session: Session, child: supervisor.Child, plan: command.Plan, outcom
     session.serving = True
     session.store.update(phase="serving", capacity=capacity, ready_at=time.time(), time_to_ready_s=round(elapsed, 1),
                          child=supervisor.describe(child))
-    state.save_lkg(session.store.directory, session.lkg_key, {"overrides": dict(overrides), "kv_tokens": tokens,
-                                                              "max_model_len": length})
+    try:
+        state.save_lkg(session.store.directory, session.lkg_key, {"overrides": dict(overrides), "kv_tokens": tokens,
+                                                                  "max_model_len": length})
+    except OSError as exc:  # a full disk must not end a server that just became ready
+        log.warning("last_known_good.not_saved", error=str(exc))
     _record_calibration(session, plan, numbers, length)
     status = "ready"
     if isinstance(tokens, int):

@@ -18,11 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import structlog
+
 from launcher.errors import EX_OK, LockHeld, TransientFailure
 from launcher.statedir import read_json, state_root, write_json_atomic
 
 __all__ = ["StateStore", "read_json", "state_root", "write_json_atomic"]
 
+
+log = structlog.get_logger("vllm_launch")
 
 # A daemon that serves for months keeps the latest decisions and counts the rest (state stays small).
 MAX_DECISIONS = 50
@@ -37,11 +41,24 @@ class StateStore:
         self.path = directory / "state.json"
         self.data: dict[str, Any] = {}
         self.listeners: list[Callable[[Mapping[str, Any]], None]] = []
+        self.write_failed = False
 
     def update(self, **fields: Any) -> None:
+        """Record `fields`; a failed write (a full disk) is a warning: the run goes on, and the next update
+        writes everything again."""
         self.data.update(fields)
         self.data["updated_at"] = time.time()
-        write_json_atomic(self.path, self.data)
+        try:
+            write_json_atomic(self.path, self.data)
+        except OSError as exc:
+            if not self.write_failed:
+                log.warning("state.not_saved", path=str(self.path), error=exc.strerror or str(exc),
+                            action="serving goes on; state.json is rewritten at the next change")
+            self.write_failed = True
+        else:
+            if self.write_failed:
+                log.info("state.saved_again", path=str(self.path))
+            self.write_failed = False
         for listener in self.listeners:
             listener(self.data)
 

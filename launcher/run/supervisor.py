@@ -30,6 +30,8 @@ from launcher.vllm.diagnose import Diagnoser, Diagnosis
 FAILED_ATTEMPT_GRACE_S = 0.3
 # During engine start-up vLLM ignores SIGTERM; waiting the full grace there only delays the stop.
 STARTUP_GRACE_S = 5.0
+# Once the API server has exited, its engine and workers get this long to exit by themselves.
+ENGINE_CLEANUP_S = 5.0
 
 
 @dataclass
@@ -125,16 +127,21 @@ def outcome(child: Child, kind: str, detail: str, max_model_len: int | None = No
     return Outcome(kind, child.attempt, diagnosis, child.popen.poll(), tuple(child.pump.tail), detail)
 
 
-def stop_tree(child: Child, grace_s: float) -> StopReport:
-    """SIGTERM the leader, wait up to `grace_s`, SIGKILL the group and every remembered process, reap, verify."""
+def stop_tree(child: Child, grace_s: float, *, tick: Callable[[], None] = lambda: None,
+              cleanup_s: float = ENGINE_CLEANUP_S) -> StopReport:
+    """SIGTERM the leader and wait up to `grace_s`; give the engine and workers up to `cleanup_s` more to
+    finish their own cleanup (they free shared memory and the GPU); then SIGKILL the group and every
+    remembered process, reap, and verify. `tick` runs in every wait (the watchdog)."""
     child.pump.expect_shutdown()
     child.remember_descendants()
     popen = child.popen
     if popen.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             popen.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            popen.wait(timeout=max(0.0, grace_s))
+        _wait_until(lambda: popen.poll() is not None, grace_s, tick)
+    if popen.poll() is not None:
+        # The leader is gone: its engine is shutting down too. SIGKILL now would leave /dev/shm segments.
+        _wait_until(lambda: not (remembered(child.known) + in_session(child.pgid)), cleanup_s, tick)
     survivors = remembered(child.known) + in_session(child.pgid)
     killed = []
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -150,6 +157,18 @@ def stop_tree(child: Child, grace_s: float) -> StopReport:
     child.pump.join(timeout=2.0)
     leftovers = tuple(f"{p.pid} {name_of(p)}" for p in remembered(child.known) + in_session(child.pgid))
     return StopReport(popen.returncode, tuple(sorted(set(killed))), leftovers)
+
+
+def _wait_until(done: Callable[[], bool], seconds: float, tick: Callable[[], None]) -> bool:
+    deadline = time.monotonic() + max(0.0, seconds)
+    while True:
+        if done():
+            return True
+        tick()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(left, 0.05))
 
 
 def describe(child: Child) -> dict[str, Any]:

@@ -107,6 +107,11 @@ def base_url(flags: Mapping[str, FlagValue]) -> str:
     return f"http://{host}:{port}"
 
 
+def drain_seconds(stop_grace_s: float) -> int:
+    """What of launcher.stop_grace vLLM may spend finishing requests; the rest is for its own teardown."""
+    return max(0, int(stop_grace_s - min(10.0, stop_grace_s / 4)))
+
+
 def build_plan(profile: Profile, overrides: Overrides | None = None, *, vllm_bin: str = "vllm",
                catalog: FlagCatalog | None = None) -> Plan:
     """The argv, environment and URLs for one attempt."""
@@ -115,6 +120,10 @@ def build_plan(profile: Profile, overrides: Overrides | None = None, *, vllm_bin
     argv: list[str] = [vllm_bin, "serve", profile.model]
     for name, value in flags.items():
         argv.extend(render_flag(name, value, catalog))
+    if catalog is not None and catalog.lookup("shutdown-timeout") and "shutdown-timeout" not in flags:
+        # vLLM's own drain: on SIGTERM it finishes in-flight requests for this long (its default, 0, aborts
+        # them). Not part of `flags`: it changes no capacity, and calibration keys on the flags.
+        argv.extend(["--shutdown-timeout", str(drain_seconds(profile.launcher.stop_grace_s))])
     env = dict(CHILD_ENV.add)
     env.update(profile.env)
     secret_keys = tuple(key for key, ref in (("VLLM_API_KEY", profile.api_key), ("HF_TOKEN", profile.hf_token))

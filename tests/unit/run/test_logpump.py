@@ -39,7 +39,7 @@ def test_a_line_that_breaks_the_classifier_is_skipped_and_reading_goes_on() -> N
 def test_a_line_without_a_newline_is_cut_into_bounded_pieces() -> None:
     p = pump(b"\r" + b"x" * (3 * logpump.MAX_LINE_BYTES) + b"\nINFO after\n")
     assert max(len(line) for line in p.tail) <= logpump.MAX_LINE_BYTES
-    assert len(p.tail) == 4 + 1  # three full pieces, the remainder, then the next real line
+    assert len(p.tail) == 3 + 1  # three full pieces (the \r before them ends an empty line), then the next line
     assert list(p.tail)[-1] == "INFO after"
 
 
@@ -79,3 +79,17 @@ def test_without_the_interval_passing_a_failed_file_is_left_alone(tmp_path: Path
     pump(b"INFO a\nINFO b\n", sink=sink)
     sink.close()
     assert (sink.reopened, (tmp_path / "vllm.log").read_text()) == (0, "")
+
+
+def test_carriage_return_redraws_are_lines_and_progress() -> None:
+    """tqdm redraws a bar with \r and no newline: each redraw is a line the diagnosis sees."""
+    bar = b"".join(b"Loading safetensors checkpoint shards:  %d%% Completed | %d/4 [00:01<00:03]\r" % (25 * i, i)
+                   for i in range(5))
+    p = pump(bar + b"\nINFO done\r\n")
+    assert list(p.tail)[0] == "Loading safetensors checkpoint shards:  0% Completed | 0/4 [00:01<00:03]"
+    assert len(p.tail) == 6 and list(p.tail)[-1] == "INFO done"
+    events = []
+    while not p.events.empty():
+        events.append(p.events.get_nowait())
+    percents = [e.values.get("percent") for e in events if e.kind == "progress"]
+    assert percents == [0, 25, 50, 75, 100]

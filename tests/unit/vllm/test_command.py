@@ -27,6 +27,10 @@ SEED_LLAMA = """vllm serve meta-llama/Llama-3.1-8B-Instruct --host 0.0.0.0 --por
   --served-model-name llama3-8b --api-key $env:VLLM_API_KEY"""
 
 
+# vLLM's own drain, added where the version has the flag: 30 s of stop_grace, 7.5 s of it kept for teardown.
+DRAIN = ["--shutdown-timeout", "22"]
+
+
 def without_api_key(words: list[str]) -> list[str]:
     i = words.index("--api-key")
     return words[:i] + words[i + 2:]
@@ -36,13 +40,13 @@ class TestSeeds:
     def test_qwen3_is_the_l40s_guide_command_without_api_key(self) -> None:
         """configs/qwen3.yaml renders the Qwen3-Coder L40S guide command, flag for flag, minus --api-key."""
         plan = command.build_plan(load(CONFIGS / "qwen3.yaml"), catalog=shipped_catalog())
-        assert without_api_key(shlex.split(SEED_QWEN3)) == list(plan.argv)
+        assert [*without_api_key(shlex.split(SEED_QWEN3)), *DRAIN] == list(plan.argv)
 
     def test_llama_is_the_tp2_guide_command_without_api_key(self) -> None:
         """configs/llama3-8b-tp2.yaml renders the Llama-3.1 TP2 guide command (0.90 is written as 0.9)."""
         plan = command.build_plan(load(CONFIGS / "llama3-8b-tp2.yaml"), catalog=shipped_catalog())
         expected = [w if w != "0.90" else "0.9" for w in without_api_key(shlex.split(SEED_LLAMA))]
-        assert expected == list(plan.argv)
+        assert [*expected, *DRAIN] == list(plan.argv)
 
     def test_secrets_travel_as_environment_names_only(self) -> None:
         """The plan names VLLM_API_KEY and HF_TOKEN but holds no secret value and no --api-key."""
@@ -69,7 +73,7 @@ class TestRendering:
     def test_values_become_words(self, flags: dict[str, str], expected: list[str]) -> None:
         """true → --flag, false → --no-flag (when vLLM has it), lists → values after the flag, maps → JSON."""
         plan = command.build_plan(tiny(**flags), catalog=shipped_catalog())
-        assert ["vllm", "serve", "/m", "--host", "127.0.0.1", *expected] == list(plan.argv)
+        assert ["vllm", "serve", "/m", "--host", "127.0.0.1", *expected, *DRAIN] == list(plan.argv)
 
     def test_overrides_replace_in_place_and_remove(self) -> None:
         """Ladder overrides keep the flag's position; None removes a flag; new flags go last."""
@@ -92,3 +96,15 @@ class TestRendering:
         plan = command.build_plan(p)
         assert {"PYTHONUNBUFFERED": "1", "VLLM_CPU_KVCACHE_SPACE": "1"} == dict(plan.env)
         assert "NOTIFY_SOCKET" in command.CHILD_ENV.strip
+
+
+class TestDrain:
+    def test_the_drain_fits_inside_stop_grace_and_needs_the_flag(self) -> None:
+        profile = load(CONFIGS / "qwen3.yaml")
+        assert "--shutdown-timeout" not in command.build_plan(profile).argv, "no catalog: the flag may not exist"
+        assert [command.drain_seconds(g) for g in (0, 4, 30, 120)] == [0, 3, 22, 110]
+
+    def test_a_drain_the_profile_sets_is_kept(self) -> None:
+        profile = load(CONFIGS / "qwen3.yaml", ("vllm.shutdown-timeout=5",))
+        argv = list(command.build_plan(profile, catalog=shipped_catalog()).argv)
+        assert argv.count("--shutdown-timeout") == 1 and argv[argv.index("--shutdown-timeout") + 1] == "5"
