@@ -139,6 +139,7 @@ def _run(session: Session, directory: Path, previous: Any) -> int:
     supervisor.set_child_subreaper()
     prelaunch.stop_recorded_leftovers(previous)
     prelaunch.check_port(session.profile)
+    session.check_stop()
     overrides = startup.start(session, _prepare(session, directory))
     while True:
         outcome = serving.serve(session)
@@ -157,13 +158,17 @@ def _prepare(session: Session, directory: Path) -> dict[str, FlagValue | None]:
     prof = session.profile
     session.secrets = secrets.resolve(prof, session.environ)
     vllm_bin = install.find_vllm(prof.launcher.vllm_bin, session.environ)
-    installed = install.installed_version(vllm_bin)
+    # Each probe below can take many seconds (vLLM imports torch): a SIGTERM ends it and the run at once.
+    installed = install.installed_version(vllm_bin, run=session.run_command)
     session.version = semantics(installed)
-    session.catalog = install.catalog_for(vllm_bin, installed, install.cache_dir(session.environ))
+    session.catalog = install.catalog_for(vllm_bin, installed, install.cache_dir(session.environ),
+                                          run=session.run_command)
+    session.check_stop()
     flags.check_profile_flags(prof, session.catalog)
     session.vllm_bin = str(vllm_bin)
     log.info("preflight.vllm", vllm=session.vllm_bin, version=installed, flags=session.catalog.source)
     start, gpu_id = prelaunch.preflight(session)
+    session.check_stop()
     session.gpu_id = gpu_id
     session.lkg_key = state.lkg_key(prof.digest, *gpu_id, session.semantics.version)
     record = state.load_lkg(directory, session.lkg_key)

@@ -39,20 +39,28 @@ def baseline(devices: tuple[GpuDevice, ...]) -> Baseline:
     return Baseline({d.index: d.used_bytes for d in devices}, frozenset(p.pid for d in devices for p in d.processes))
 
 
-def held(devices: tuple[GpuDevice, ...], base: Baseline) -> list[GpuDevice]:
-    """The GPUs whose used memory is still well above the baseline."""
-    return [d for d in devices if d.index in base.used
-            and d.used_bytes - base.used[d.index] > max(MARGIN_BYTES, int(d.total_bytes * MARGIN_FRACTION))]
+def held(devices: tuple[GpuDevice, ...], base: Baseline, ours: frozenset[int] = frozenset()) -> list[GpuDevice]:
+    """The GPUs whose used memory is still well above the baseline for a reason of ours: memory that a
+    new process of someone else's holds is not waited for (the ladder reads free memory for that)."""
+    busy = []
+    for d in devices:
+        if d.index not in base.used:
+            continue
+        strangers = sum(p.used_bytes or 0 for p in d.processes if p.pid not in base.pids and p.pid not in ours)
+        if d.used_bytes - base.used[d.index] - strangers > max(MARGIN_BYTES, int(d.total_bytes * MARGIN_FRACTION)):
+            busy.append(d)
+    return busy
 
 
 def wait_for_release(probe: GpuProbe, base: Baseline, wait: Callable[[float], bool], *,
-                     timeout_s: float = RELEASE_TIMEOUT_S, clock: Callable[[], float] = time.monotonic) -> bool:
+                     ours: frozenset[int] = frozenset(), timeout_s: float = RELEASE_TIMEOUT_S,
+                     clock: Callable[[], float] = time.monotonic) -> bool:
     """Block until the GPUs are back near the baseline (True), or a stop is asked for (False); raise
     TransientFailure naming the holders after `timeout_s`. `wait(seconds)` sleeps, True on a stop."""
     deadline = clock() + timeout_s
     announced = False
     while True:
-        busy = held(probe.read().visible_devices, base)
+        busy = held(probe.read().visible_devices, base, ours)
         if not busy:
             if announced:
                 log.info("gpu.memory_released")

@@ -89,6 +89,9 @@ def watch(child: Child, stop: threading.Event, *, health: Callable[[], bool], in
             completion.next_at = now + (completion.interval_s if answered else 0.0)  # retry at once until it answers
             if not answered:
                 log.warning("serving.completion_failed", failures=wedged, of=failures)
+            if wedged >= failures:
+                return outcome(child, "engine_dead", f"/health answers but {wedged} 1-token completions in a row "
+                                                     "failed (launcher.health.completion_interval): the engine is wedged")
         if now >= next_probe:
             next_probe = now + interval_s
             if health():
@@ -105,9 +108,6 @@ def watch(child: Child, stop: threading.Event, *, health: Callable[[], bool], in
                     return outcome(child, "engine_dead", suspect)
         if failed >= failures:
             return outcome(child, "engine_dead", f"/health failed {failed} times in a row")
-        if wedged >= failures:
-            return outcome(child, "engine_dead", f"/health answers but {wedged} 1-token completions in a row "
-                                                 "failed (launcher.health.completion_interval): the engine is wedged")
 
 
 def serve(session: Session) -> Outcome:

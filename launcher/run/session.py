@@ -6,7 +6,10 @@ modules (prelaunch, startup, serving) are functions over it, and the daemon stri
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Mapping
@@ -67,6 +70,7 @@ class Session:
     gpu_id: tuple[str, int, str | None] = ("none", 0, None)  # (GPU name, count, driver) preflight saw
     download: CacheGrowth | None = None  # the model's HF cache folder, watched while an attempt starts
     gpu_baseline: Baseline | None = None  # GPU memory used before our first launch (None: no GPU)
+    stopped_pids: frozenset[int] = frozenset()  # every process of the last attempt: its GPU memory is ours
     # What happened so far.
     attempts: list[Attempt] = field(default_factory=list)
     restarts: list[float] = field(default_factory=list)
@@ -122,6 +126,33 @@ class Session:
             if self.stop.wait(min(left, 0.5)):
                 return True
 
+    def run_command(self, args: list[str], *, timeout: float | None = None, **_: Any
+                    ) -> subprocess.CompletedProcess[str]:
+        """subprocess.run(capture_output=True, text=True) that a SIGTERM interrupts: the pre-launch probes
+        (`vllm --version`, `vllm serve --help=all`) import torch and take many seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True) as proc:
+            while True:
+                try:
+                    out, err = proc.communicate(timeout=0.2)
+                    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+                except subprocess.TimeoutExpired:
+                    pass
+                self.ping_watchdog()
+                late = deadline is not None and time.monotonic() >= deadline
+                if self.stop.is_set() or late:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.communicate()
+                    if late:
+                        raise subprocess.TimeoutExpired(args, timeout or 0.0)
+                    raise Stopped
+
+    def check_stop(self) -> None:
+        if self.stop.is_set():
+            raise Stopped
+
     def grace_for_stop(self) -> float:
         grace = self.profile.launcher.stop_grace_s
         return grace if self.serving else min(grace, supervisor.STARTUP_GRACE_S)
@@ -130,6 +161,7 @@ class Session:
         child, self.child = self.child, None
         if child is None:
             return None
+        self.stopped_pids = frozenset(child.known)
         report = supervisor.stop_tree(child, grace_s, tick=self.ping_watchdog)
         if child.pump.sink is not None:
             child.pump.sink.close()

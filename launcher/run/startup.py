@@ -162,7 +162,8 @@ def _wait_for_gpu_memory(session: Session) -> None:
     if session.gpu_baseline is None:
         return
     probe = session.probe()
-    if probe is not None and not gpurelease.wait_for_release(probe, session.gpu_baseline, session.wait):
+    if probe is not None and not gpurelease.wait_for_release(probe, session.gpu_baseline, session.wait,
+                                                             ours=session.stopped_pids):
         raise Stopped
 
 

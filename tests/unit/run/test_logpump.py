@@ -86,7 +86,7 @@ def test_carriage_return_redraws_are_lines_and_progress() -> None:
     bar = b"".join(b"Loading safetensors checkpoint shards:  %d%% Completed | %d/4 [00:01<00:03]\r" % (25 * i, i)
                    for i in range(5))
     p = pump(bar + b"\nINFO done\r\n")
-    assert list(p.tail)[0] == "Loading safetensors checkpoint shards:  0% Completed | 0/4 [00:01<00:03]"
+    assert p.tail[0] == "Loading safetensors checkpoint shards:  0% Completed | 0/4 [00:01<00:03]"
     assert len(p.tail) == 6 and list(p.tail)[-1] == "INFO done"
     events = []
     while not p.events.empty():

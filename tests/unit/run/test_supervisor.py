@@ -85,3 +85,21 @@ class TestChild:
         reaped = processes.reap_orphans(tracked)
         assert stray.pid in reaped
         assert 3 == tracked.wait()
+
+
+class TestSignals:
+    def test_signals_reach_the_events_through_the_wakeup_pipe(self) -> None:
+        """SIGHUP sets reload only; SIGTERM sets stop; the old handlers come back afterwards."""
+        import os
+        import signal
+
+        from launcher.run.daemon import stop_on_signals
+
+        before = signal.getsignal(signal.SIGTERM)
+        with stop_on_signals() as (stop, reload):
+            os.kill(os.getpid(), signal.SIGHUP)
+            assert reload.wait(2) and not stop.is_set()
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert stop.wait(2)
+        assert signal.getsignal(signal.SIGTERM) is before
+        assert signal.set_wakeup_fd(-1) == -1, "the wakeup fd is given back"
