@@ -22,7 +22,7 @@ from launcher.units import parse_duration, parse_size
 
 LAUNCHER_KEYS = (
     "device", "vllm_bin", "log_file", "log_max_size", "log_backups", "startup_timeout",
-    "startup_stall", "stop_grace", "max_attempts", "ladder", "require", "restart", "health",
+    "startup_stall", "stop_grace", "gpu_release_timeout", "max_attempts", "ladder", "require", "restart", "health",
     "metrics",
 )
 _LADDER_KEYS = ("gpu_memory_utilization", "drop_fp8_kv_if_unsupported", "min_model_len")
@@ -57,6 +57,7 @@ def read_launcher(r: KeyReader, data: dict[str, Any], vllm: Mapping[str, FlagVal
         device=device, vllm_bin=vllm_bin, log_file=Path(log_file) if log_file else None,
         log_max_bytes=log_max_bytes, log_backups=log_backups, startup_timeout_s=startup_timeout,
         startup_stall_s=startup_stall, stop_grace_s=stop_grace, max_attempts=max_attempts,
+        gpu_release_timeout_s=r.duration(data, "gpu_release_timeout", "launcher.gpu_release_timeout", "60s"),
         ladder=_ladder(r, r.mapping(data.get("ladder"), "launcher.ladder"), vllm),
         require=_require(r, r.mapping(data.get("require"), "launcher.require")),
         restart=_restart(r, r.mapping(data.get("restart"), "launcher.restart")),

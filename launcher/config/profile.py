@@ -105,6 +105,8 @@ class LauncherSettings:
     restart: RestartPolicy
     health: HealthPolicy
     metrics: MetricsSettings | None = None  # None: off (the default)
+    # How long a relaunch waits for the last attempt's GPU memory to be given back (run/gpurelease.py).
+    gpu_release_timeout_s: float = 60.0
 
 
 class FlagViews:

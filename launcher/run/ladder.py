@@ -22,6 +22,7 @@ from launcher.vllm.signatures import (
     FP8_UNSUPPORTED,
     KV_INSUFFICIENT,
     NO_CACHE_BLOCKS,
+    OK,
     STARTUP_MEMORY,
     UNKNOWN,
 )
@@ -72,7 +73,8 @@ def next_step(profile: Profile, overrides: Overrides, diagnosis: Diagnosis, *, v
     flags = effective_flags(profile, overrides)
     handler = _HANDLERS.get(diagnosis.cls, _retry_same)
     step = handler(profile, dict(overrides), flags, diagnosis, version, free_fraction)
-    if diagnosis.cls not in (ENGINE_DEAD, UNKNOWN) and any(dict(step.overrides) == dict(t) for t in tried):
+    # A death, an unknown failure or a stall with a clean log (ok) is retried as it is, up to max_attempts.
+    if diagnosis.cls not in (ENGINE_DEAD, UNKNOWN, OK) and any(dict(step.overrides) == dict(t) for t in tried):
         raise Exhausted(f"{diagnosis.cls}: the next change ({step.change}) was already tried and failed")
     return step
 

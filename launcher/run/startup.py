@@ -163,7 +163,8 @@ def _wait_for_gpu_memory(session: Session) -> None:
         return
     probe = session.probe()
     if probe is not None and not gpurelease.wait_for_release(probe, session.gpu_baseline, session.wait,
-                                                             ours=session.stopped_pids):
+                                                             ours=session.stopped_pids,
+                                                             timeout_s=session.profile.launcher.gpu_release_timeout_s):
         raise Stopped
 
 
