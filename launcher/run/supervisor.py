@@ -140,7 +140,11 @@ def stop_tree(child: Child, grace_s: float, *, tick: Callable[[], None] = lambda
             popen.send_signal(signal.SIGTERM)
         _wait_until(lambda: popen.poll() is not None, grace_s, tick)
     if popen.poll() is not None:
-        # The leader is gone: its engine is shutting down too. SIGKILL now would leave /dev/shm segments.
+        # The leader is gone: its engine shuts down too (SIGKILL now would leave /dev/shm segments). An
+        # engine orphaned by a leader that died unasked is told to, with the SIGTERM vLLM handles.
+        for proc in remembered(child.known) + in_session(child.pgid):
+            with contextlib.suppress(psutil.Error):
+                proc.terminate()
         _wait_until(lambda: not (remembered(child.known) + in_session(child.pgid)), cleanup_s, tick)
     survivors = remembered(child.known) + in_session(child.pgid)
     killed = []

