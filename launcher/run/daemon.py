@@ -98,8 +98,11 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
         store = state.StateStore(directory)
         exporter = _start_metrics(profile, store)
         store.update(profile=profile.name, source=profile.source, profile_digest=profile.digest, pid=os.getpid(),
-                     phase="preflight", started_at=time.time(), decisions=[], attempt=0, child=None,
-                     capacity=None, error=None, served_model_name=None, url=None)
+                     phase="preflight", started_at=time.time(), decisions=[], attempt=0,
+                     capacity=None, error=None, served_model_name=None, url=None,
+                     # The earlier run's processes stay on record until they are stopped (_run): a crash
+                     # in between must not forget them.
+                     child=previous.get("child") if isinstance(previous, dict) else None)
         session = Session(profile, stop, store, inventory_path=inventory_path, environ=environ, console=console,
                           verbose=verbose,
                           reload=reload or threading.Event(), sets=sets)
@@ -138,6 +141,7 @@ def _start_metrics(profile: Profile, store: state.StateStore) -> metrics.Exporte
 def _run(session: Session, directory: Path, previous: Any) -> int:
     supervisor.set_child_subreaper()
     prelaunch.stop_recorded_leftovers(previous)
+    session.store.update(child=None)
     prelaunch.check_port(session.profile)
     session.check_stop()
     overrides = startup.start(session, _prepare(session, directory))
