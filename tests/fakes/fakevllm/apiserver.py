@@ -60,6 +60,7 @@ class ApiServer:
         self.pid = os.getpid()
         self.ready = False  # "Application startup complete" printed: SIGTERM is honoured from now on
         self.stopping = threading.Event()
+        self.wake = threading.Event()  # a honoured SIGTERM or the engine's death: the replay's waits end at once
         self.engine: subprocess.Popen[bytes] | None = None
         self.engine_exited = threading.Event()
         self.engine_stopped_by_us = False
@@ -73,11 +74,9 @@ class ApiServer:
     # signals ---------------------------------------------------------------------------------------------
     def on_term(self, signum: int, frame: FrameType | None) -> None:
         policy = self.sc.ignore_term
-        if policy == "startup":
-            if self.ready:
-                self.stopping.set()
-        elif not policy:
+        if (policy == "startup" and self.ready) or not policy:
             self.stopping.set()
+            self.wake.set()
 
     # the engine ------------------------------------------------------------------------------------------
     def start_engine(self) -> None:
@@ -95,6 +94,7 @@ class ApiServer:
     def _wait_engine(self, engine: subprocess.Popen[bytes]) -> None:
         engine.wait()  # returns the moment it dies, whatever kills it
         self.engine_exited.set()
+        self.wake.set()
 
     def wait_engine_ready(self) -> None:
         """vLLM's API server waits for the engine's handshake before it serves: so do we (the tree is up)."""
@@ -139,11 +139,11 @@ class ApiServer:
         if self.sc.download is not None and "download" not in done and due(self.sc.download.before):
             done.add("download")
             mark("download_started")
-            effects.download(self.sc.download, self.model)
+            effects.download(self.sc.download, self.model, sleep=self.wake.wait)
             mark("download_finished")
         if self.sc.progress_bar is not None and "bar" not in done and due(self.sc.progress_bar.before):
             done.add("bar")
-            effects.progress_bar(self.sc.progress_bar)
+            effects.progress_bar(self.sc.progress_bar, self.wake.wait)
 
     def start_server(self) -> None:
         self.wait_engine_ready()
@@ -168,7 +168,7 @@ class ApiServer:
             if stamp:
                 now = int(stamp.group(1)) * 3600 + int(stamp.group(2)) * 60 + int(stamp.group(3))
                 if previous is not None and now > previous:
-                    self.stopping.wait(min((now - previous) * self.sc.time_scale, self.sc.max_delay_s))
+                    self.wake.wait(min((now - previous) * self.sc.time_scale, self.sc.max_delay_s))
                 previous = now
             if self.stopping.is_set():
                 if self.ready:

@@ -8,7 +8,8 @@ EngineCore: ignores SIGINT and SIGHUP; on SIGTERM it stops its workers, spends e
 "cleanup", removes its shared-memory marker ($FAKE_VLLM_STATE/shm-<pid>, made at start), releases
 its GPU memory and exits 0. It does not watch its parent: a SIGKILLed API server leaves it running
 (an orphan holding the GPU), as real vLLM does. Told by the API server that serving began, it exits 1
-by itself after die_after_s (no cleanup: the marker stays). It says "ready" on a pipe once its tree is up.
+by itself after die_after_s (no cleanup: the marker stays; its GPU entries still get held_until).
+It says "ready" on a pipe once its tree is up.
 
 Worker: registers its device's memory, exits on SIGTERM or once its engine is gone (its parent pid
 changes; checked every 0.1 s).

