@@ -4,6 +4,7 @@ in place of NVML; the fake vLLM's engine takes memory in that file as a real one
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -193,3 +194,29 @@ class TestWatchdog:
         lau.signal(signal.SIGTERM)
         assert 0 == lau.wait(15)
         assert 1 == len(lau.argvs()), "SIGTERM during the restart backoff: no second launch"
+
+
+class TestLadderRereadsTheGpu:
+    def test_free_memory_is_read_again_before_a_ladder_step(self, launch: Callable[..., Launcher], port: int,
+                                                            tmp_path: Path) -> None:
+        """Another tenant takes 20 GiB while vLLM loads and runs out of memory: the next rung is the one that
+        fits what is free now (0.5), not the next one down (0.88); nothing waits for the stranger's memory."""
+        path = inventory(tmp_path, "l40s.yaml")
+        lau = launch(gpu_profile(port, vllm="  gpu-memory-utilization: 0.92\n",
+                                 ladder="    gpu_memory_utilization: [0.92, 0.88, 0.5]\n"),
+                     scenarios=[{"log": "real/v0.11-weights-oom-linear-create-weights-vllm28143.log", "max_uses": 1,
+                                 "progress_bar": {"before": "CUDA out of memory", "steps": 10, "interval_s": 0.3}},
+                                {"log": OK}],
+                     args=("--gpu-inventory", str(path)), extra_env={"FAKE_VLLM_INVENTORY": str(path)})
+        lau.wait_event("attempt.started")
+        data = json.loads(path.read_text())
+        gpu = data["devices"][0]
+        gpu["free"] = f"{45498 - 20480}MiB"
+        gpu["used"] = f"{1 + 20480}MiB"
+        gpu.setdefault("processes", []).append({"pid": os.getpid(), "name": "jupyter-lab", "used": "20GiB"})
+        path.write_text(json.dumps(data))
+        lau.wait_event("ready", 30)
+        assert ["0.92", "0.5"] == [flag(a, "--gpu-memory-utilization") for a in lau.argvs()]
+        assert lau.event("gpu.memory_held") is None
+        lau.signal()
+        assert 0 == lau.wait(15)
