@@ -80,6 +80,30 @@ def build_parser() -> argparse.ArgumentParser:
     down = sub.add_parser("down", help="stop the daemon that serves PROFILE and wait for a clean exit")
     down.add_argument("profile", metavar="PROFILE")
     down.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS")
+
+    bench = sub.add_parser("bench", help="an agent's multi-turn workload against the served model: TTFT, TPOT, "
+                           "throughput, prefix-cache hit rate", epilog=EPILOG)
+    bench.add_argument("target", metavar="PROFILE|URL", help="a profile (its URL, model and key) or http://HOST:PORT "
+                       "(the key from VLLM_API_KEY)")
+    bench.add_argument("--users", type=int, default=4, help="concurrent users (default 4)")
+    bench.add_argument("--turns", type=int, default=4, help="turns per user without --duration (default 4)")
+    bench.add_argument("--context", type=int, metavar="TOKENS", help="a conversation ends at this size "
+                       "(default: the server's max-model-len)")
+    bench.add_argument("--shared-prefix", type=int, default=512, metavar="TOKENS",
+                       help="the system prompt every user shares (default 512)")
+    bench.add_argument("--turn-tokens", type=int, default=128, metavar="TOKENS",
+                       help="new user text each turn (default 128)")
+    bench.add_argument("--max-tokens", type=int, default=64, metavar="M", help="output tokens per turn (default 64)")
+    bench.add_argument("--duration", type=float, metavar="S", help="run for S seconds (conversations start over "
+                       "at --context) instead of --turns")
+    bench.add_argument("--warmup", type=int, default=1, metavar="K", help="requests sent first, not counted")
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--model", help="the served model name (default: the profile's, or the first listed)")
+    bench.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
+    bench.add_argument("--json", action="store_true", help="the result as JSON (stable keys, see README)")
+    bench.add_argument("--plot", metavar="FILE.png", help="TTFT and TPOT distributions (needs the `plot` extra)")
+    bench.add_argument("--compare", choices=("prefix-caching",), help="with a PROFILE: run it with and without "
+                       "enable-prefix-caching through the supervisor, side by side")
     return parser
 
 
@@ -176,8 +200,19 @@ def cmd_down(args: argparse.Namespace) -> int:
     return state.down_command(args.profile, timeout=args.timeout)
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from launcher.bench import command
+    from launcher.bench.workload import Settings
+
+    settings = Settings(users=args.users, turns=args.turns, context=args.context, shared_prefix=args.shared_prefix,
+                        turn_tokens=args.turn_tokens, max_tokens=args.max_tokens, duration_s=args.duration,
+                        warmup=args.warmup, seed=args.seed, ignore_eos=args.ignore_eos)
+    return command.main(args.target, settings, model=args.model, as_json=args.json, plot_path=args.plot,
+                        compare=args.compare)
+
+
 COMMANDS = {"plan": cmd_plan, "diagnose": cmd_diagnose, "preflight": cmd_preflight, "up": cmd_up,
-            "status": cmd_status, "down": cmd_down}
+            "status": cmd_status, "down": cmd_down, "bench": cmd_bench}
 
 
 def _print_json(data: Any) -> None:

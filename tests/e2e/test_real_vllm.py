@@ -7,6 +7,7 @@ Each real start costs about 40 s on the 2-core box, so the serving checks share 
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -146,11 +147,25 @@ class TestServing:
         assert ("serving", 1) == (data["phase"], data["attempt"])
         assert 1048576 == data["capacity"]["kv_tokens"]
 
-    def test_sigterm_stops_the_whole_tree_within_the_grace(self, served: RealLauncher) -> None:
-        """SIGTERM once ready: exit 0 well within stop_grace, nothing of the tree left, the port free, STOPPING=1."""
+    def test_sigterm_drains_then_stops_the_whole_tree_within_the_grace(self, served: RealLauncher) -> None:
+        """SIGTERM once ready, with a request in flight: vLLM drains it (--shutdown-timeout), then exit 0 within
+        stop_grace, nothing of the tree left, the port free, STOPPING=1."""
         assert 4 <= len(served.watcher.seen)  # vllm, resource_tracker, EngineCore, Worker
+        answer: dict[str, Any] = {}
+
+        def long_request() -> None:
+            body = {"model": "tiny", "prompt": "x", "max_tokens": 1200, "ignore_eos": True, "temperature": 0}
+            answer.update(request(served.port, "/v1/completions", key=KEY, body=body).body)
+
+        thread = threading.Thread(target=long_request)
+        thread.start()
+        time.sleep(0.3)
         elapsed, returncode = stop_and_check(served, grace_s=15.0)  # the demo profile's stop_grace
-        assert elapsed < 5.0
+        thread.join(timeout=30)
+        assert 1200 == answer["usage"]["completion_tokens"], "the request in flight was finished, not aborted"
+        # vLLM's drain (mode=drain) waits for its worker and engine in turn: ~4.5 s on this box even idle.
+        assert "mode=drain timeout=11s" in served.vllm_log()
+        assert elapsed < 12.0
         assert 0 == returncode  # vLLM itself shut down on the SIGTERM: no kill was needed
         assert served.notify is not None and "STOPPING" == served.notify.kinds()[-1]
         assert "stopped" == served.state()["phase"]

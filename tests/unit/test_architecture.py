@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "launcher"
-LAYERS = {"ground": 0, "config": 1, "gpu": 1, "vllm": 2, "plan": 3, "run": 4, "deploy": 4, "cli": 5}
+LAYERS = {"ground": 0, "config": 1, "gpu": 1, "vllm": 2, "plan": 3, "run": 4, "deploy": 4, "bench": 5, "cli": 6}
 MAX_LINES = 400
 
 

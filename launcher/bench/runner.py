@@ -1,0 +1,138 @@
+"""Drive the workload: size the prompts, warm up, then every user's conversation in its own thread, timed.
+
+Ctrl-C stops the run and keeps what was measured: the users stop after their request in flight (which is
+not counted), and the duration ends at the interrupt.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from launcher.bench import scrape
+from launcher.bench.client import Server
+from launcher.bench.stats import RequestResult
+from launcher.bench.workload import Conversation, Settings, TextMaker, turns_that_fit, user_rng, words
+
+Progress = Callable[[list[RequestResult]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    model: str
+    context: int
+    system: str
+    first_input_tokens: int  # the first turn's prompt (system + one user turn), as the server counts it
+    turn_overhead: int  # template tokens one more user/assistant exchange adds
+    turns_per_conversation: int
+    texts: tuple[tuple[str, ...], ...]  # per user: the user turns, made before the clock starts
+
+    def opening(self) -> list[dict[str, str]]:
+        return [{"role": "system", "content": self.system}] if self.system else []
+
+
+@dataclass
+class Run:
+    results: list[RequestResult]
+    counters: scrape.ServerCounters
+    duration_s: float
+    interrupted: bool
+
+
+# --duration: each user's pool holds this many conversations' worth of turns (then it cycles, and a repeated
+# conversation can hit the prefix cache); --turns: exactly one text per turn, never repeated.
+POOL_CONVERSATIONS = 4
+
+
+def prepare(server: Server, model: str, settings: Settings, context: int) -> Prepared:
+    """Every prompt of the run, sized with the server's tokenizer before the clock starts (no /tokenize in
+    the measured part)."""
+    maker = TextMaker(lambda text: server.count_tokens(model, text=text))
+    system = maker.make(settings.shared_prefix, user_rng(settings.seed, -1))
+    sample = maker.make(settings.turn_tokens, user_rng(settings.seed, -2))
+    opening = [{"role": "system", "content": system}] if system else []
+    one = [*opening, {"role": "user", "content": sample}]
+    first = server.count_tokens(model, messages=one)
+    reply = maker.make(8, user_rng(settings.seed, -3))
+    two = [*one, {"role": "assistant", "content": reply}, {"role": "user", "content": sample}]
+    overhead = max(0, server.count_tokens(model, messages=two) - first - 8 - settings.turn_tokens)
+    fit = turns_that_fit(first, settings, overhead, context)
+    per_user = max(fit * POOL_CONVERSATIONS, 32) if settings.duration_s else settings.turns
+    texts = tuple(tuple(maker.make(settings.turn_tokens, rng) for _ in range(max(per_user, 1)))
+                  for rng in (user_rng(settings.seed, u) for u in range(settings.users)))
+    return Prepared(model, context, system, first, overhead, fit, texts)
+
+
+def run(server: Server, prepared: Prepared, settings: Settings, *, on_result: Progress = lambda _: None,
+        interrupt: threading.Event | None = None) -> Run:
+    stop = interrupt or threading.Event()
+    for index in range(settings.warmup):  # not counted: the first requests of a fresh server compile and warm
+        text = words(user_rng(settings.seed, 10_000 + index), max(1, settings.turn_tokens // 2))
+        server.chat(prepared.model, [{"role": "user", "content": text}], max_tokens=settings.max_tokens,
+                    ignore_eos=settings.ignore_eos, temperature=settings.temperature)
+    results: list[RequestResult] = []
+    lock = threading.Lock()
+    sampler = scrape.Sampler(server.metrics_text)
+    sampler.start()
+    started = time.perf_counter()
+    deadline = started + settings.duration_s if settings.duration_s else None
+
+    def record(result: RequestResult) -> None:
+        with lock:
+            results.append(result)
+            snapshot = list(results)
+        on_result(snapshot)
+
+    threads = [threading.Thread(target=_user, name=f"bench-user-{u}", daemon=True,
+                                args=(server, prepared, settings, u, stop, deadline, record))
+               for u in range(settings.users)]
+    for thread in threads:
+        thread.start()
+    interrupted = False
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(timeout=0.2)
+    except KeyboardInterrupt:
+        interrupted = True
+        stop.set()
+    duration = time.perf_counter() - started
+    counters = sampler.finish()
+    with lock:
+        return Run(list(results), counters, duration, interrupted or stop.is_set())
+
+
+def _user(server: Server, prepared: Prepared, settings: Settings, user: int, stop: threading.Event,
+          deadline: float | None, record: Callable[[RequestResult], None]) -> None:
+    """One user: conversations that grow turn by turn and start over when the history reaches --context,
+    until --turns turns are done (or --duration is over)."""
+    pool = prepared.texts[user]
+    done = 0
+    while not stop.is_set() and prepared.turns_per_conversation:
+        chat = Conversation(user, prepared.opening())
+        while not stop.is_set():
+            if deadline is None and done >= settings.turns:
+                return
+            if deadline is not None and time.perf_counter() >= deadline:
+                return
+            estimate = chat.next_input_tokens(settings.turn_tokens, prepared.turn_overhead) or \
+                prepared.first_input_tokens
+            if estimate + settings.max_tokens > prepared.context:
+                break  # the history reached --context: a new conversation starts
+            chat.messages.append({"role": "user", "content": pool[done % len(pool)]})
+            result, text = server.chat(prepared.model, chat.messages, max_tokens=settings.max_tokens,
+                                       ignore_eos=settings.ignore_eos, temperature=settings.temperature)
+            if stop.is_set():
+                return  # interrupted in flight: not counted
+            record(result)
+            done += 1
+            if not result.ok:
+                chat.messages.pop()
+                if result.error == "connection":
+                    time.sleep(0.5)  # a server that went away: do not spin
+                continue
+            chat.messages.append({"role": "assistant", "content": text})
+            chat.turns_done += 1
+            chat.last_prompt_tokens, chat.last_output_tokens = result.input_tokens, result.output_tokens

@@ -1,0 +1,111 @@
+"""The benchmark's HTTP client against a small local server that streams like vLLM: timing, token
+accounting and the one-line errors (401, nothing listening, a model the server does not serve)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from launcher.bench.client import Server, ServerError
+from tests.integration.harness import free_port
+
+KEY = "k-123"
+# (delay before the chunk, the chunk): a role chunk, three tokens 50 ms apart, then usage.
+STREAM = [(0.10, {"choices": [{"delta": {"role": "assistant", "content": ""}}]}),
+          (0.00, {"choices": [{"delta": {"content": "a"}}]}),
+          (0.05, {"choices": [{"delta": {"content": "b"}}]}),
+          (0.05, {"choices": [{"delta": {"content": "c"}}]}),
+          (0.00, {"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 3,
+                                           "prompt_tokens_details": {"cached_tokens": 8}}})]
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def send(self, status: int, body: object) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.headers.get("Authorization") != f"Bearer {KEY}":
+            return self.send(401, {"error": "Unauthorized"})
+        if self.path == "/v1/models":
+            return self.send(200, {"data": [{"id": "tiny", "max_model_len": 2048}]})
+        return self.send(404, {})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path == "/tokenize":
+            text = body.get("prompt") or " ".join(m["content"] for m in body["messages"])
+            return self.send(200, {"count": len(text.split())})
+        assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for delay, chunk in [*STREAM, (0.0, "[DONE]")]:
+            time.sleep(delay)
+            data = f"data: {chunk if isinstance(chunk, str) else json.dumps(chunk)}\n\n".encode()
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        return None
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+def test_a_stream_is_timed_as_vllms_benchmark_times_it(url: str) -> None:
+    """TTFT at the first chunk with choices (the role chunk), one ITL per later chunk, tokens from usage."""
+    result, text = Server(url, KEY).chat("tiny", [{"role": "user", "content": "hi"}], max_tokens=3)
+    assert result.ok and text == "abc"
+    assert (result.input_tokens, result.output_tokens, result.cached_tokens) == (12, 3, 8)
+    assert 0.09 <= result.ttft_s < 0.2
+    assert len(result.itl_s) == 3 and 0.09 <= sum(result.itl_s) < 0.2
+    assert result.latency_s == pytest.approx(result.ttft_s + sum(result.itl_s), abs=1e-6)
+
+
+def test_the_connection_is_kept_for_the_next_turn(url: str) -> None:
+    server = Server(url, KEY)
+    server.chat("tiny", [{"role": "user", "content": "hi"}], max_tokens=3)
+    kept = server._kept.conn
+    assert kept is not None
+    assert server.chat("tiny", [{"role": "user", "content": "again"}], max_tokens=3)[0].ok
+    assert server._kept.conn is kept
+
+
+def test_the_errors_name_the_cause(url: str) -> None:
+    with pytest.raises(ServerError) as wrong_key:
+        Server(url, "wrong").served(None)
+    assert wrong_key.value.exit_code == 78 and "401" in str(wrong_key.value) and "VLLM_API_KEY" in str(wrong_key.value)
+    with pytest.raises(ServerError) as absent:
+        Server(url, KEY).served("llama")
+    assert absent.value.exit_code == 78 and "it serves tiny" in str(absent.value)
+    with pytest.raises(ServerError) as nobody:
+        Server(f"http://127.0.0.1:{free_port()}", KEY).served(None)
+    assert nobody.value.exit_code == 2 and "no answer" in str(nobody.value)
+    with pytest.raises(ServerError):
+        Server("ftp://example.org", KEY)
+    assert Server(url, KEY).served(None).max_model_len == 2048
+
+
+def test_counting_uses_the_servers_tokenizer(url: str) -> None:
+    server = Server(url, KEY)
+    assert server.count_tokens("tiny", text="one two three") == 3
+    assert server.count_tokens("tiny", messages=[{"role": "user", "content": "a b"}]) == 2
