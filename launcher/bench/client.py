@@ -124,14 +124,12 @@ class Server:
         return int(json.loads(data)["count"])
 
     def chat(self, model: str, messages: Sequence[Message], *, max_tokens: int, ignore_eos: bool = False,
-             temperature: float = 0.0, seed: int | None = None) -> tuple[RequestResult, str]:
+             temperature: float = 0.0) -> tuple[RequestResult, str]:
         """One streamed chat completion, timed; never raises (a failure is a result with its error kind)."""
         body: dict[str, Any] = {"model": model, "messages": list(map(dict, messages)), "max_completion_tokens": max_tokens,
                                 "stream": True, "stream_options": {"include_usage": True}, "temperature": temperature}
         if ignore_eos:
             body["ignore_eos"] = True
-        if seed is not None:
-            body["seed"] = seed
         conn = self._kept.conn if getattr(self._kept, "conn", None) is not None else self._connection(self.timeout_s)
         self._kept.conn = None
         start = time.perf_counter()

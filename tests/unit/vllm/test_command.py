@@ -12,7 +12,7 @@ from launcher.config.load import load, loads
 from launcher.vllm import command
 from tests.conftest import CONFIGS
 
-SEED_QWEN3 = """vllm serve Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8 \
+GUIDE_QWEN3 = """vllm serve Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8 \
   --served-model-name qwen3-coder-30b \
   --max-model-len 65536 \
   --gpu-memory-utilization 0.92 \
@@ -22,7 +22,7 @@ SEED_QWEN3 = """vllm serve Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8 \
   --api-key $VLLM_API_KEY \
   --host 0.0.0.0 --port 8000"""
 
-SEED_LLAMA = """vllm serve meta-llama/Llama-3.1-8B-Instruct --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 \
+GUIDE_LLAMA = """vllm serve meta-llama/Llama-3.1-8B-Instruct --host 0.0.0.0 --port 8000 --tensor-parallel-size 2 \
   --gpu-memory-utilization 0.90 --max-model-len 8192 --max-num-seqs 256 --dtype bfloat16 \
   --served-model-name llama3-8b --api-key $env:VLLM_API_KEY"""
 
@@ -36,16 +36,16 @@ def without_api_key(words: list[str]) -> list[str]:
     return words[:i] + words[i + 2:]
 
 
-class TestSeeds:
+class TestGuideCommands:
     def test_qwen3_is_the_l40s_guide_command_without_api_key(self) -> None:
         """configs/qwen3.yaml renders the Qwen3-Coder L40S guide command, flag for flag, minus --api-key."""
         plan = command.build_plan(load(CONFIGS / "qwen3.yaml"), catalog=shipped_catalog())
-        assert [*without_api_key(shlex.split(SEED_QWEN3)), *DRAIN] == list(plan.argv)
+        assert [*without_api_key(shlex.split(GUIDE_QWEN3)), *DRAIN] == list(plan.argv)
 
     def test_llama_is_the_tp2_guide_command_without_api_key(self) -> None:
         """configs/llama3-8b-tp2.yaml renders the Llama-3.1 TP2 guide command (0.90 is written as 0.9)."""
         plan = command.build_plan(load(CONFIGS / "llama3-8b-tp2.yaml"), catalog=shipped_catalog())
-        expected = [w if w != "0.90" else "0.9" for w in without_api_key(shlex.split(SEED_LLAMA))]
+        expected = [w if w != "0.90" else "0.9" for w in without_api_key(shlex.split(GUIDE_LLAMA))]
         assert [*expected, *DRAIN] == list(plan.argv)
 
     def test_secrets_travel_as_environment_names_only(self) -> None:
