@@ -14,11 +14,15 @@ KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 PREEMPTIONS = ("vllm:num_preemptions_total", "vllm:num_preemptions")
 
 
-def parse(text: str) -> dict[str, float]:
-    """Sum of every sample of each metric name (labels dropped: one model per server)."""
+WANTED = (*HITS, *QUERIES, *HIT_RATE_GAUGE, *KV_USAGE, *PREEMPTIONS, "vllm:time_to_first_token_seconds")
+
+
+def parse(text: str, wanted: tuple[str, ...] = WANTED) -> dict[str, float]:
+    """Sum of every sample of each wanted metric name (labels dropped: one model per server). Only the wanted
+    lines are parsed: the sampler runs beside the measured requests and must hold the GIL briefly."""
     found: dict[str, float] = {}
     for line in text.splitlines():
-        if not line or line.startswith("#"):
+        if not line.startswith(wanted):
             continue
         name = line.split("{", 1)[0].split(" ", 1)[0]
         try:
@@ -42,7 +46,7 @@ class ServerCounters:
 class Sampler(threading.Thread):
     """Reads /metrics every `interval_s` while the run lasts: the peak KV usage, and the counters at both ends."""
 
-    def __init__(self, fetch: Callable[[], str], interval_s: float = 0.5) -> None:
+    def __init__(self, fetch: Callable[[], str], interval_s: float = 2.0) -> None:
         super().__init__(name="bench-metrics", daemon=True)
         self.fetch = fetch
         self.interval_s = interval_s
