@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the profile (in a container: else $VLLM_LAUNCH_PROFILE)")
     _add_set(up)
     _add_gpu_inventory(up)
+    _add_node_rank(up)
     up.add_argument("--container", action="store_true",
                     help="container mode (automatic with RUNPOD_POD_ID or as PID 1): a failure keeps the pod up "
                          "with a page saying why, instead of a crash loop")
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--from-log", metavar="FILE", help="calibrate from an existing vLLM log of this setup (its "
                       "logged KV memory), e.g. /workspace/vllm.log")
     _add_set(plan)
+    _add_node_rank(plan)
     plan.add_argument("--json", action="store_true", help="machine-readable output (stable keys)")
 
     preflight = sub.add_parser("preflight", help="GPU inventory and the checks that prevent doomed launches",
@@ -80,6 +82,19 @@ def build_parser() -> argparse.ArgumentParser:
     down = sub.add_parser("down", help="stop the daemon that serves PROFILE and wait for a clean exit")
     down.add_argument("profile", metavar="PROFILE")
     down.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS")
+
+    render = sub.add_parser("render", help="what a multi-node profile needs on a cluster, printed (writes nothing)",
+                            epilog=EPILOG)
+    kinds = render.add_subparsers(dest="kind", metavar="KIND", required=True)
+    lws = kinds.add_parser("lws", help="a Kubernetes LeaderWorkerSet, its ConfigMap and the leader's Service")
+    lws.add_argument("profile", metavar="PROFILE")
+    lws.add_argument("--image", default="vllm-launch:latest", help="the container image (vllm-launch and vLLM)")
+    lws.add_argument("--gpus-per-node", type=int, metavar="N", help="nvidia.com/gpu per pod (default: the "
+                     "profile's tensor × pipeline parallel ÷ nodes.count)")
+    lws.add_argument("--namespace", default="default", metavar="NS")
+    unit = kinds.add_parser("systemd", help="the drop-in that gives one bare-metal node its rank")
+    unit.add_argument("profile", metavar="PROFILE")
+    unit.add_argument("--node-rank", type=int, required=True, metavar="N")
 
     bench = sub.add_parser("bench", help="an agent's multi-turn workload against the served model: TTFT, TPOT, "
                            "throughput, prefix-cache hit rate", epilog=EPILOG)
@@ -105,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--compare", choices=("prefix-caching",), help="with a PROFILE: run it with and without "
                        "enable-prefix-caching through the supervisor, side by side")
     return parser
+
+
+def _add_node_rank(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--node-rank", type=int, metavar="N", help="with a nodes: section, this node's rank (0: the "
+                        "head, which serves the API); else $VLLM_LAUNCH_NODE_RANK or LeaderWorkerSet's index")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -136,7 +156,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     report = run_plan(PlanRequest(
         profile=args.profile, sets=tuple(args.sets), gpu=args.gpu, gpu_inventory=args.gpu_inventory,
         model_config=args.model_config, weights_gib=args.weights_gib, vllm_version=args.vllm_version,
-        from_log=args.from_log))
+        from_log=args.from_log, node_rank=args.node_rank))
     if args.json:
         _print_json(report.to_dict())
     else:
@@ -185,7 +205,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     return daemon.up(args.profile, sets=tuple(args.sets), inventory_path=args.gpu_inventory,
                      log_format=args.log_format, container_mode=args.container,
-                     verbose=args.verbose)
+                     verbose=args.verbose, node_rank=args.node_rank)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -200,6 +220,22 @@ def cmd_down(args: argparse.Namespace) -> int:
     return state.down_command(args.profile, timeout=args.timeout)
 
 
+def cmd_render(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from launcher.config.load import load
+    from launcher.deploy import render
+
+    profile = load(args.profile)
+    if args.kind == "systemd":
+        print(render.systemd_text(profile, args.node_rank), end="")
+        return EX_OK
+    documents = render.lws_manifest(profile, Path(args.profile).read_text(encoding="utf-8"), image=args.image,
+                                    gpus_per_node=args.gpus_per_node, namespace=args.namespace)
+    print(render.lws_text(documents, f"{documents[1]['metadata']['name']}-secrets"), end="")
+    return EX_OK
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from launcher.bench import command
     from launcher.bench.workload import Settings
@@ -212,7 +248,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"plan": cmd_plan, "diagnose": cmd_diagnose, "preflight": cmd_preflight, "up": cmd_up,
-            "status": cmd_status, "down": cmd_down, "bench": cmd_bench}
+            "status": cmd_status, "down": cmd_down, "bench": cmd_bench, "render": cmd_render}
 
 
 def _print_json(data: Any) -> None:

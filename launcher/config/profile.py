@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from launcher.config.nodes import NodesSettings
 from launcher.errors import ProfileError
 
 FlagValue = bool | int | float | str | tuple[Any, ...] | Mapping[str, Any]
@@ -157,6 +158,7 @@ class Profile(FlagViews):
     launcher: LauncherSettings
     digest: str  # sha256 of the validated content: keys last-known-good and state
     origins: Mapping[str, str]  # dotted key → "file:line" or "--set key=value"
+    nodes: NodesSettings | None = None  # served across nodes (config/nodes.py); None: one node
 
     def error(self, key: str, problem: str, fix: str) -> ProfileError:
         """A ProfileError that points at where `key` was written (file:line or --set)."""
@@ -192,8 +194,10 @@ class Profile(FlagViews):
 
     @property
     def gpus_needed(self) -> int:
+        """GPUs on this node: TP × PP × DP, shared out over `nodes.count` nodes."""
         dp = int(self.vllm.get("data-parallel-size", 1))  # type: ignore[arg-type]
-        return self.tensor_parallel_size * self.pipeline_parallel_size * dp
+        total = self.tensor_parallel_size * self.pipeline_parallel_size * dp
+        return total // self.nodes.count if self.nodes is not None else total
 
 
 def parse_max_model_len(value: object) -> int | None:

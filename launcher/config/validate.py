@@ -12,9 +12,10 @@ from typing import Any
 
 from launcher.config.keys import KeyReader, closest, type_name
 from launcher.config.launcher_section import read_launcher
+from launcher.config.nodes import NodesSettings, read_nodes
 from launcher.config.profile import KV_CACHE_DTYPES, FlagValue, LadderBounds, Profile, is_loopback, parse_max_model_len
 
-_TOP_KEYS = ("model", "vllm", "api_key", "hf_token", "allow_unauthenticated", "env", "launcher")
+_TOP_KEYS = ("model", "vllm", "api_key", "hf_token", "allow_unauthenticated", "env", "launcher", "nodes")
 
 # Environment names that hold secrets: they must come from api_key/hf_token, never as literals.
 _SECRET_ENV = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD)$", re.IGNORECASE)
@@ -42,6 +43,9 @@ class ProfileValidator(KeyReader):
         env = self._env(raw.get("env"))
         vllm = self._vllm(raw.get("vllm"))
         launcher = read_launcher(self, self.mapping(raw.get("launcher"), "launcher"), vllm)
+        nodes = read_nodes(raw.get("nodes"), self.fail)
+        if nodes is not None:
+            self._check_nodes(nodes, vllm)
         vllm = _with_start_utilization(vllm, launcher.ladder)
 
         host = vllm.get("host")
@@ -54,15 +58,29 @@ class ProfileValidator(KeyReader):
         content = json.dumps({"model": model, "vllm": _jsonable(vllm), "env": dict(env),
                               "api_key": api_key and api_key.describe(),
                               "hf_token": hf_token and hf_token.describe(),
-                              "launcher": _jsonable(raw.get("launcher") or {})},
+                              "launcher": _jsonable(raw.get("launcher") or {}),
+                              "nodes": _jsonable(raw.get("nodes") or {})},
                              sort_keys=True, default=str)
         return Profile(
             source=self.source, name=name, model=model, vllm=MappingProxyType(vllm),
             api_key=api_key, hf_token=hf_token, allow_unauthenticated=allow_unauth,
             env=MappingProxyType(env), launcher=launcher,
             digest=hashlib.sha256(content.encode()).hexdigest()[:16],
-            origins=MappingProxyType(dict(self.origins)),
+            origins=MappingProxyType(dict(self.origins)), nodes=nodes,
         )
+
+    def _check_nodes(self, nodes: NodesSettings, vllm: Mapping[str, FlagValue]) -> None:
+        """TP × PP must share out evenly over the nodes; data parallel across nodes uses other flags."""
+        tp, pp = (int(vllm.get(f, 1)) for f in ("tensor-parallel-size", "pipeline-parallel-size"))  # type: ignore[arg-type]
+        if int(vllm.get("data-parallel-size", 1)) > 1:  # type: ignore[arg-type]
+            raise self.fail("nodes", "data parallel across nodes is not supported by this launcher yet",
+                            "serve across nodes with tensor-parallel-size × pipeline-parallel-size (tensor "
+                            "parallel inside a node, pipeline parallel across nodes), or one profile per node")
+        if (tp * pp) % nodes.count:
+            raise self.fail("nodes.count", f"tensor-parallel-size {tp} × pipeline-parallel-size {pp} = {tp * pp} GPUs "
+                            f"do not share out over {nodes.count} nodes",
+                            f"make tp × pp a multiple of {nodes.count} (e.g. pipeline-parallel-size: {nodes.count} "
+                            "with tensor parallel inside each node)")
 
     def _refuse_plaintext_secrets(self, data: Any, prefix: str) -> None:
         """An API key or token written anywhere in the profile would leak into logs and backups."""

@@ -16,6 +16,7 @@ import yaml
 
 from launcher.config import flags
 from launcher.config.load import load, loads
+from launcher.config.nodes import Placement, placement
 from launcher.config.profile import FlagValue, Profile
 from launcher.errors import ConfigError, UsageError, VllmNotFound
 from launcher.gpu.catalog import GpuSpec, parse_gpu_spec
@@ -51,6 +52,7 @@ class PlanReport:
     changes: tuple[str, ...] = ()
     problems: tuple[Problem, ...] = ()  # when a GPU was read
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    placement: Placement | None = None  # this rank of a multi-node profile
 
     def to_dict(self) -> dict[str, Any]:
         cap = self.capacity
@@ -103,6 +105,13 @@ class PlanReport:
             })
         else:
             data["verdict"] = None
+        if self.placement is not None:
+            where = self.placement
+            data["nodes"] = {"count": where.count, "rank": where.rank, "role": "head" if where.head else "worker",
+                             "master_addr": where.master_addr, "master_port": where.master_port,
+                             "backend": where.backend, "gpus_per_node": self.profile.gpus_needed,
+                             "model_path_note": "the model must be at the same path on every node; only this "
+                                                "node's copy is checked"}
         return data
 
 
@@ -131,6 +140,7 @@ class PlanRequest:
     weights_gib: float | None = None
     vllm_version: str | None = None
     from_log: str | None = None
+    node_rank: int | None = None  # with a nodes: section: the rank whose argv to show (default: the head)
 
 
 def run_plan(request: PlanRequest, environ: Mapping[str, str] | None = None) -> PlanReport:
@@ -172,7 +182,11 @@ def run_plan(request: PlanRequest, environ: Mapping[str, str] | None = None) -> 
         warnings.append(f"no capacity estimate: {exc}")
     vllm_bin = str(vllm_path) if vllm_path else (prof.launcher.vllm_bin or "vllm")
     overrides: dict[str, FlagValue | None] = {}
-    plan = command.build_plan(prof, overrides, vllm_bin=vllm_bin, catalog=catalog)
+    where = None if prof.nodes is None else placement(prof.nodes, prof.source, request.node_rank, environ,
+                                                      need_rank=False)
+    if where is None and request.node_rank is not None:
+        raise UsageError("--node-rank needs a profile with a nodes: section")
+    plan = command.build_plan(prof, overrides, vllm_bin=vllm_bin, catalog=catalog, placement=where)
     gpu = host_gpu(environ) if inventory is None else gpu_spec(inventory, prof.gpus_needed)
     cap = capacity_for(prof, plan, gpu, version, files, request.weights_gib) if files and gpu else None
     problems: tuple[Any, ...] = ()
@@ -183,7 +197,7 @@ def run_plan(request: PlanRequest, environ: Mapping[str, str] | None = None) -> 
         problems, changes = result.problems, result.changes
         if result.overrides:
             overrides.update(result.overrides)
-            plan = command.build_plan(prof, overrides, vllm_bin=vllm_bin, catalog=catalog)
+            plan = command.build_plan(prof, overrides, vllm_bin=vllm_bin, catalog=catalog, placement=where)
             cap = capacity_for(prof, plan, gpu, version, files, request.weights_gib) if files and gpu else None
     if cap is not None and files is not None and gpu is not None and gpu.source != "host":
         cap = _calibrated(prof, plan, gpu, version, files, request, cap, environ,
@@ -196,7 +210,7 @@ def run_plan(request: PlanRequest, environ: Mapping[str, str] | None = None) -> 
     return PlanReport(profile=prof, plan=plan, capacity=cap, gpu=gpu, version=version,
                       version_source=version_source, catalog=catalog,
                       model_config_source=files.config_source if files else None, changes=changes,
-                      problems=problems, warnings=tuple(warnings))
+                      problems=problems, warnings=tuple(warnings), placement=where)
 
 
 def _calibrated(prof: Profile, plan: Plan, gpu: GpuSpec, version: VersionSemantics, files: modelinfo.ModelFiles,

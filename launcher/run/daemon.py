@@ -19,7 +19,7 @@ from typing import Any
 
 import structlog
 
-from launcher.config import flags, secrets
+from launcher.config import flags, nodes, secrets
 from launcher.config.load import load
 from launcher.config.profile import FlagValue, Profile
 from launcher.errors import EX_OK, ConfigError, LauncherError, UsageError
@@ -82,7 +82,7 @@ def stop_on_signals() -> Iterator[tuple[threading.Event, threading.Event]]:
 
 
 def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None = None, console: bool = True,
-        verbose: bool = False,
+        verbose: bool = False, node_rank: int | None = None,
         reload: threading.Event | None = None, sets: tuple[str, ...] = ()) -> int:
     """Hold the profile's locks and state for the whole run; every way out stops the child."""
     environ = dict(os.environ)
@@ -93,8 +93,12 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
     if profile.launcher.log_file is not None:
         ensure_writable_dir(profile.launcher.log_file.parent, "launcher.log_file's directory",
                             "fix its permissions or point log_file somewhere writable")
+    where = None if profile.nodes is None else nodes.placement(profile.nodes, profile.source, node_rank, environ)
+    if where is not None and where.backend == "ray" and not where.head:
+        raise ConfigError(f"nodes.backend is ray: only the head (rank 0) runs `vllm-launch up`; join this node to "
+                          f"the Ray cluster instead (`ray start --address={where.master_addr}:6379`)")
     previous = state.read_json(directory / "state.json")
-    with state.held_locks(directory, profile.name, profile.port, root):
+    with state.held_locks(directory, profile.name, None if where and not where.head else profile.port, root):
         store = state.StateStore(directory)
         exporter = _start_metrics(profile, store)
         store.update(profile=profile.name, source=profile.source, profile_digest=profile.digest, pid=os.getpid(),
@@ -104,7 +108,7 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
                      # in between must not forget them.
                      child=previous.get("child") if isinstance(previous, dict) else None)
         session = Session(profile, stop, store, inventory_path=inventory_path, environ=environ, console=console,
-                          verbose=verbose,
+                          verbose=verbose, placement=where,
                           reload=reload or threading.Event(), sets=sets)
         session.notify(STATUS="preflight")
         try:
@@ -142,7 +146,14 @@ def _run(session: Session, directory: Path, previous: Any) -> int:
     supervisor.set_child_subreaper()
     prelaunch.stop_recorded_leftovers(previous)
     session.store.update(child=None)
-    prelaunch.check_port(session.profile)
+    if not session.worker:
+        prelaunch.check_port(session.profile)
+    if session.placement is not None:
+        log.info("nodes.placement", rank=session.placement.rank, of=session.placement.count,
+                 head=f"{session.placement.master_addr}:{session.placement.master_port}",
+                 backend=session.placement.backend)
+        if session.placement.backend == "ray":
+            prelaunch.check_ray(session.profile, session.run_command)
     session.check_stop()
     overrides = startup.start(session, _prepare(session, directory))
     while True:
@@ -229,22 +240,23 @@ def _shutdown(session: Session, why: str) -> int:
 
 
 def up(profile_path: str | None, *, sets: tuple[str, ...] = (), inventory_path: str | None = None,
-       log_format: str = "auto", container_mode: bool = False, verbose: bool = False) -> int:
+       log_format: str = "auto", container_mode: bool = False, verbose: bool = False,
+       node_rank: int | None = None) -> int:
     """`vllm-launch up PROFILE`: run until SIGTERM; the exit code says what happened."""
     logs.configure(log_format)
     if container.enabled(os.environ, container_mode):
-        return _up_in_container(profile_path, sets, inventory_path, verbose)
+        return _up_in_container(profile_path, sets, inventory_path, verbose, node_rank)
     if not profile_path:
         raise UsageError("up needs a PROFILE (or, in a container, VLLM_LAUNCH_PROFILE)")
     prof = load(profile_path, sets)
     structlog.contextvars.bind_contextvars(profile=prof.name)
     with stop_on_signals() as (stop, reload):
         return run(prof, stop, inventory_path=inventory_path, console=True, reload=reload, sets=sets,
-                   verbose=verbose)
+                   verbose=verbose, node_rank=node_rank)
 
 
 def _up_in_container(profile_path: str | None, sets: tuple[str, ...], inventory_path: str | None,
-                     verbose: bool) -> int:
+                     verbose: bool, node_rank: int | None) -> int:
     """Never crash-loop a pod: a failure keeps the launcher up with a page that says why (run/container.py)."""
     path, all_sets = container.arguments(profile_path, sets, os.environ)
     os.environ.update(container.cache_environment(os.environ))
@@ -257,7 +269,7 @@ def _up_in_container(profile_path: str | None, sets: tuple[str, ...], inventory_
                 host, port = prof.host, prof.port
                 structlog.contextvars.bind_contextvars(profile=prof.name)
                 return run(prof, stop, inventory_path=inventory_path, console=True, reload=reload,
-                           sets=all_sets, verbose=verbose)
+                           sets=all_sets, verbose=verbose, node_rank=node_rank)
             except LauncherError as exc:
                 if stop.is_set():
                     return EX_OK

@@ -72,7 +72,8 @@ def preflight(session: Session) -> tuple[dict[str, FlagValue | None], GpuId]:
         # vLLM runs with the profile's env: its HF_HOME decides where the model is cached.
         files = modelinfo.find_model(prof.model, None, {**session.environ, **prof.env})
         if gpu is not None:
-            plan = command.build_plan(prof, {}, vllm_bin=session.vllm_bin, catalog=session.catalog)
+            plan = command.build_plan(prof, {}, vllm_bin=session.vllm_bin, catalog=session.catalog,
+                                      placement=session.placement)
             cap = capacity_for(prof, plan, gpu, session.semantics, files, None)
             record = calibration.matching(calibration.load(session.store.directory).values(), calibration.key(
                 gpu.model.name, gpu.count, session.semantics.version, prof.model, plan.flags), gpu_id[2])
@@ -106,3 +107,40 @@ def preflight(session: Session) -> tuple[dict[str, FlagValue | None], GpuId]:
         log.info("preflight.ok", kv_tokens_estimate=cap.kv_tokens, sessions_estimate=cap.sessions,
                  verdict=cap.verdict, basis=cap.basis, error_range=cap.error_range)
     return dict(result.overrides), gpu_id
+
+
+def ray_cluster(status_text: str) -> tuple[int, float]:
+    """(active nodes, total GPUs) from `ray status`: the Active: section's node lines, the `x/y GPU` usage."""
+    nodes, gpus, section = 0, 0.0, ""
+    for line in status_text.splitlines():
+        stripped = line.strip()
+        if stripped.endswith(":") and not stripped[:1].isdigit():
+            section = stripped[:-1]
+            continue
+        if section == "Active" and stripped[:1].isdigit():
+            nodes += int(stripped.split()[0])
+        elif section == "Usage" and stripped.endswith(" GPU") and "/" in stripped:
+            with contextlib.suppress(ValueError):
+                gpus = float(stripped.split("/")[1].split()[0])
+    return nodes, gpus
+
+
+def check_ray(profile: Profile, run: Any) -> None:
+    """backend: ray — the launcher does not manage the Ray cluster; it checks that it is all there."""
+    nodes = profile.nodes
+    assert nodes is not None  # noqa: S101 - only called for a nodes: profile
+    try:
+        done = run(["ray", "status"], timeout=60)
+    except OSError:
+        raise ConfigError("nodes.backend is ray but `ray` is not installed here; install ray on every node and "
+                          "start the cluster (`ray start --head` on this node)") from None
+    if done.returncode != 0:
+        raise PreflightError(f"`ray status` failed ({(done.stderr or done.stdout).strip()[-200:]}); start the "
+                             "cluster first (`ray start --head` here, `ray start --address=...` on the others)")
+    found, gpus = ray_cluster(done.stdout)
+    wanted = profile.tensor_parallel_size * profile.pipeline_parallel_size
+    if found < nodes.count or gpus < wanted:
+        raise PreflightError(f"the Ray cluster has {found} node(s) and {gpus:g} GPU(s); the profile needs "
+                             f"{nodes.count} nodes and {wanted} GPUs (nodes.count, tensor × pipeline parallel): "
+                             "join the missing nodes with `ray start --address=<head>:6379`")
+    log.info("preflight.ray", nodes=found, gpus=gpus)

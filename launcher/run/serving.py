@@ -123,7 +123,9 @@ def serve(session: Session) -> Outcome:
         return health.check_completion(plan.base_url, plan.served_model_name, api_key,
                                        timeout=policy.completion_timeout_s).ok
 
-    completion = CompletionCheck(send_completion, policy.completion_interval_s, time.monotonic)
+    # A worker rank watches its head's /health: a head that is gone means the group is gone; restart the rank.
+    completion = None if session.worker else CompletionCheck(send_completion, policy.completion_interval_s,
+                                                             time.monotonic)
     return watch(child, session.stop, health=lambda: health.check_health(plan.base_url, policy.timeout_s).ok,
                  interval_s=policy.interval_s, failures=policy.failures, tick=lambda: session.tick(child),
                  reload=session.reload, completion=completion)

@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 
 from launcher.config.flags import FlagCatalog
+from launcher.config.nodes import Placement
 from launcher.config.profile import FlagValue, Profile
 from launcher.gpu.detect import detect
 from launcher.gpu.inventory import GpuProbe
@@ -61,6 +62,7 @@ class Session:
     verbose: bool = False  # -v: vLLM's raw lines on the console even when they also go to launcher.log_file
     reload: threading.Event = field(default_factory=threading.Event)  # SIGHUP: read the profile again
     sets: tuple[str, ...] = ()  # the --set overrides, kept for a reload
+    placement: Placement | None = None  # this node's rank of a multi-node profile (config/nodes.py)
     # What vLLM is, resolved before the first attempt (and again after a reload).
     vllm_bin: str = "vllm"
     catalog: FlagCatalog | None = None
@@ -152,6 +154,11 @@ class Session:
     def check_stop(self) -> None:
         if self.stop.is_set():
             raise Stopped
+
+    @property
+    def worker(self) -> bool:
+        """A headless worker rank: no API of its own; its head's /health says whether the group serves."""
+        return self.placement is not None and not self.placement.head
 
     def grace_for_stop(self) -> float:
         grace = self.profile.launcher.stop_grace_s

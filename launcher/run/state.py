@@ -261,19 +261,19 @@ def _stop_recorded_children(data: Any) -> list[str]:
 
 
 @contextlib.contextmanager
-def held_locks(directory: Path, profile_name: str, port: int, root: Path) -> Iterator[None]:
-    """The profile lock and the port lock, for as long as the daemon runs."""
+def held_locks(directory: Path, profile_name: str, port: int | None, root: Path) -> Iterator[None]:
+    """The profile lock and the port lock (none for a headless worker rank), for as long as the daemon runs."""
     profile_lock = acquire_lock(directory / "lock", f"profile {profile_name}",
                                 f"stop it with `vllm-launch down {profile_name}`")
     try:
-        port_lock = acquire_lock(root / "ports" / f"{port}.lock", f"port {port}",
-                                 "give this profile another vllm.port or stop the other daemon")
+        port_lock = None if port is None else acquire_lock(
+            root / "ports" / f"{port}.lock", f"port {port}", "give this profile another vllm.port or stop the other daemon")
     except BaseException:
         release_lock(profile_lock)
         raise
     try:
         yield
     finally:
-        release_lock(port_lock)
+        if port_lock is not None:
+            release_lock(port_lock)
         release_lock(profile_lock)
-

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from launcher.config.flags import FlagCatalog
+from launcher.config.nodes import Placement
 from launcher.config.profile import FlagValue, FlagViews, Profile
 
 Overrides = Mapping[str, FlagValue | None]  # flag → new value; None removes the flag
@@ -94,9 +95,9 @@ def _scalar(value: object) -> str:
     return str(value)
 
 
-def base_url(flags: Mapping[str, FlagValue]) -> str:
-    """Where the launcher reaches vLLM: a wildcard bind is reached over loopback."""
-    host = str(flags.get("host") or "127.0.0.1")
+def base_url(flags: Mapping[str, FlagValue], head: str | None = None) -> str:
+    """Where the launcher reaches vLLM: a wildcard bind is reached over loopback; a worker rank, its head."""
+    host = head or str(flags.get("host") or "127.0.0.1")
     port = int(flags.get("port", 8000))  # type: ignore[arg-type]
     if host in ("0.0.0.0", ""):  # noqa: S104 - reading the bind address, not binding
         host = "127.0.0.1"
@@ -112,15 +113,36 @@ def drain_seconds(stop_grace_s: float) -> int:
     return max(0, int(stop_grace_s - min(10.0, stop_grace_s / 4)))
 
 
+# The API server's own flags: a headless worker rank serves no API, so they stay on the head.
+API_FLAGS = frozenset({
+    "host", "port", "uvicorn-log-level", "allowed-origins", "allowed-methods", "allowed-headers", "root-path",
+    "ssl-keyfile", "ssl-certfile", "ssl-ca-certs", "enable-auto-tool-choice", "tool-call-parser",
+    "reasoning-parser", "chat-template", "response-role", "enable-log-requests", "disable-log-requests",
+    "disable-uvicorn-access-log", "middleware", "api-server-count", "shutdown-timeout"})
+
+
+def placement_flags(placement: Placement) -> list[str]:
+    """vLLM's own multi-node flags for this rank (mp), or the Ray executor on the head (ray)."""
+    if placement.backend == "ray":
+        return ["--distributed-executor-backend", "ray"]
+    words = ["--nnodes", str(placement.count), "--node-rank", str(placement.rank),
+             "--master-addr", placement.master_addr, "--master-port", str(placement.master_port)]
+    return words if placement.head else [*words, "--headless"]
+
+
 def build_plan(profile: Profile, overrides: Overrides | None = None, *, vllm_bin: str = "vllm",
-               catalog: FlagCatalog | None = None) -> Plan:
-    """The argv, environment and URLs for one attempt."""
+               catalog: FlagCatalog | None = None, placement: Placement | None = None) -> Plan:
+    """The argv, environment and URLs for one attempt (of this node's rank, with `placement`)."""
     overrides = dict(overrides or {})
     flags = effective_flags(profile, overrides)
+    worker = placement is not None and not placement.head
     argv: list[str] = [vllm_bin, "serve", profile.model]
     for name, value in flags.items():
-        argv.extend(render_flag(name, value, catalog))
-    if catalog is not None and catalog.lookup("shutdown-timeout") and "shutdown-timeout" not in flags:
+        if not (worker and name in API_FLAGS):
+            argv.extend(render_flag(name, value, catalog))
+    if placement is not None and not (placement.backend == "ray" and "distributed-executor-backend" in flags):
+        argv.extend(placement_flags(placement))
+    if catalog is not None and catalog.lookup("shutdown-timeout") and "shutdown-timeout" not in flags and not worker:
         # vLLM's own drain: on SIGTERM it finishes in-flight requests for this long (its default, 0, aborts
         # them). Not part of `flags`: it changes no capacity, and calibration keys on the flags.
         argv.extend(["--shutdown-timeout", str(drain_seconds(profile.launcher.stop_grace_s))])
@@ -132,7 +154,9 @@ def build_plan(profile: Profile, overrides: Overrides | None = None, *, vllm_bin
     served_name = str(served[0]) if isinstance(served, tuple) else str(served)
     return Plan(
         argv=tuple(argv), env=MappingProxyType(env), secret_env_keys=secret_keys,
-        flags=MappingProxyType(flags), overrides=MappingProxyType(overrides), base_url=base_url(flags),
+        flags=MappingProxyType(flags), overrides=MappingProxyType(overrides),
+        # A worker rank is judged by its head, which serves the API once every rank has joined.
+        base_url=base_url(flags, placement.master_addr if worker and placement else None),
         served_model_name=served_name, startup_timeout_s=profile.launcher.startup_timeout_s,
         startup_stall_s=profile.launcher.startup_stall_s, stop_grace_s=profile.launcher.stop_grace_s,
     )

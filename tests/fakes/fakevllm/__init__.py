@@ -80,7 +80,14 @@ Other environment variables
     FAKE_VLLM_TAG        not read: the harness finds every process of a test by it (it is inherited)
 `vllm serve --help=all` prints vLLM 0.32's help text (tests/data/help).
 
-Modules: apiserver (the replay, the signals, the ends), engine (EngineCore and workers), server (HTTP and
+Multi-node (`--nnodes N --node-rank R --master-addr A --master-port P`): the head (rank 0) listens on A:P
+and serves only once the other N-1 ranks have connected; a rank that drops while serving kills its engine
+(EngineDeadError, exit 0). `--headless` runs a worker rank: it prints the scenario's log (a real headless
+worker's), starts its engine, connects to the head (retrying while it starts) and exits 1 when the head
+goes away; SIGTERM ends it with 0 (multinode.py).
+
+Modules: apiserver (the replay, the signals, the ends), engine (EngineCore and workers), multinode (the
+ranks), server (HTTP and
 the access and request logs), effects (progress bar, download), gpu (the inventory protocol), scenario (the
 rules), common (output, argv, names). Standard library only: the fake runs under whatever `python3` is first
 on PATH.

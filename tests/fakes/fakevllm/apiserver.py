@@ -16,7 +16,7 @@ import threading
 import time
 from types import FrameType
 
-from fakevllm import effects
+from fakevllm import effects, multinode
 from fakevllm.common import HELP, emit, interpreter, mark, option, tensor_parallel_size, text_option
 from fakevllm.engine import ENGINE, read_lines, spawn
 from fakevllm.scenario import Before, Scenario, choose_rule
@@ -70,6 +70,8 @@ class ApiServer:
         self.serving_since = 0.0
         self.model = argv[1] if len(argv) > 1 and not argv[1].startswith("-") else text_option(argv, "--model", "")
         self.tp = tensor_parallel_size(argv)
+        head_of_many = multinode.nodes(argv) > 1 and "--headless" not in argv
+        self.group = multinode.Rendezvous(argv) if head_of_many else None  # the head of N ranks
 
     # signals ---------------------------------------------------------------------------------------------
     def on_term(self, signum: int, frame: FrameType | None) -> None:
@@ -147,6 +149,9 @@ class ApiServer:
 
     def start_server(self) -> None:
         self.wait_engine_ready()
+        if self.group is not None:  # vLLM's head serves once every rank has joined
+            while not self.group.assembled.wait(0.1) and not self.stopping.is_set():
+                pass
         host = text_option(self.argv, "--host", "127.0.0.1")
         port = int(text_option(self.argv, "--port", "8000"))
         names = option(self.argv, "--served-model-name", None, many=True)
@@ -227,6 +232,10 @@ class ApiServer:
         while not self.stopping.wait(0.05):
             if self.engine_died():
                 return self.engine_dead()
+            if self.group is not None and self.group.lost.is_set():
+                mark("rank_lost")
+                self.stop_engine()  # a rank is gone: the collectives fail and the engine dies
+                return self.engine_dead()
             if wedge is not None and not self.server.wedged.is_set() and time.monotonic() - since >= wedge:
                 self.server.wedged.set()
                 mark("wedged")
@@ -278,7 +287,11 @@ def main() -> int:
             handle.write(json.dumps({"argv": argv, "time": time.time(), "pid": os.getpid(),
                                      "has_api_key": bool(os.environ.get("VLLM_API_KEY"))}) + "\n")
     mark("started")
-    api = ApiServer(argv, Scenario.from_rule(choose_rule(argv)))
+    scenario = Scenario.from_rule(choose_rule(argv))
+    if "--headless" in argv:
+        worker = ApiServer(argv, scenario)
+        return multinode.headless(argv, scenario.lines(), worker.start_engine, worker.stop_engine)
+    api = ApiServer(argv, scenario)
     signal.signal(signal.SIGTERM, api.on_term)
     signal.signal(signal.SIGINT, api.on_term)
     grandchild(api.sc.grandchild)

@@ -1,0 +1,112 @@
+"""`nodes:` — one profile served across nodes by vLLM's own multi-node engine (or an existing Ray cluster).
+
+The launcher builds no cluster of its own: each node runs `vllm-launch up` for its rank, and vLLM's
+`--nnodes/--node-rank/--master-addr/--master-port` (with `--headless` on the workers) joins them. This
+module reads the section and says which rank this node is and where its head is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from launcher.errors import ProfileError
+
+BACKENDS = ("mp", "ray")
+NODES_KEYS = ("count", "master_addr", "master_port", "backend")
+# Where Kubernetes' LeaderWorkerSet puts a pod's index in its group and the leader's address.
+LWS_RANK = "LWS_WORKER_INDEX"
+LWS_LEADER = "LWS_LEADER_ADDRESS"
+RANK_VARIABLE = "VLLM_LAUNCH_NODE_RANK"
+
+
+@dataclass(frozen=True, slots=True)
+class NodesSettings:
+    count: int
+    master_addr: str | None  # as written; None: from master_addr_env or the LeaderWorkerSet's leader address
+    master_addr_env: str | None
+    master_port: int
+    backend: str
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """This node's part: its rank of `count`, and the head's address (rank 0 serves the API)."""
+
+    rank: int
+    count: int
+    master_addr: str
+    master_port: int
+    backend: str
+
+    @property
+    def head(self) -> bool:
+        return self.rank == 0
+
+
+def read_nodes(raw: Any, fail: Any) -> NodesSettings | None:
+    """The validated section, or None without one. `fail(key, problem, fix)` builds the ProfileError."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise fail("nodes", "expected a mapping", "write nodes: {count: 2, master_addr: 10.0.0.1}")
+    unknown = sorted(set(raw) - set(NODES_KEYS))
+    if unknown:
+        raise fail(f"nodes.{unknown[0]}", "unknown key", f"the keys are {', '.join(NODES_KEYS)}")
+    count = raw.get("count")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 2:
+        raise fail("nodes.count", f"expected 2 or more nodes, got {count!r}",
+                   "write count: 2 (or more); one node needs no nodes: section")
+    written = raw.get("master_addr")
+    address: Any = written
+    address_env: str | None = None
+    if isinstance(written, Mapping):
+        if set(written) != {"env"} or not isinstance(written["env"], str):
+            raise fail("nodes.master_addr", "expected an address or {env: NAME}",
+                       "write master_addr: 10.0.0.1 or master_addr: {env: VLLM_MASTER_ADDR}")
+        address, address_env = None, str(written["env"])
+    elif address is not None and (not isinstance(address, str) or not re.fullmatch(r"[A-Za-z0-9_.:\[\]-]+", address)):
+        raise fail("nodes.master_addr", f"not an address: {address!r}", "write master_addr: 10.0.0.1 (the head node)")
+    port = raw.get("master_port", 29501)
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise fail("nodes.master_port", f"expected a port number, got {port!r}", "write master_port: 29501")
+    backend = raw.get("backend", "mp")
+    if backend not in BACKENDS:
+        raise fail("nodes.backend", f"expected mp or ray, got {backend!r}",
+                   "write backend: mp (vLLM's own multi-node) or backend: ray (an existing Ray cluster)")
+    return NodesSettings(count, address, address_env, port, str(backend))
+
+
+def placement(nodes: NodesSettings, source: str, rank: int | None, environ: Mapping[str, str],
+              *, need_rank: bool = True) -> Placement:
+    """This node's rank (--node-rank, else VLLM_LAUNCH_NODE_RANK, else LWS_WORKER_INDEX) and its head's
+    address (nodes.master_addr, its {env:}, else LWS_LEADER_ADDRESS); 78 with the fix when either is
+    missing or out of range. `need_rank=False` (plan) assumes the head."""
+    if rank is None:
+        for variable in (RANK_VARIABLE, LWS_RANK):
+            text = environ.get(variable, "").strip()
+            if text:
+                if not text.isdigit():
+                    raise ProfileError(source, "nodes", f"{variable}={text!r} is not a node rank",
+                                       f"set {variable} to 0..{nodes.count - 1}")
+                rank = int(text)
+                break
+    if rank is None:
+        if need_rank:
+            raise ProfileError(source, "nodes", f"nodes.count is {nodes.count} and this node's rank is not given",
+                               f"pass --node-rank N (0 is the head; or set {RANK_VARIABLE}, or run under a "
+                               "LeaderWorkerSet)")
+        rank = 0
+    if not 0 <= rank < nodes.count:
+        raise ProfileError(source, "nodes", f"node rank {rank} is outside 0..{nodes.count - 1}",
+                           f"give a rank from 0 (the head) to {nodes.count - 1}")
+    address = nodes.master_addr or (environ.get(nodes.master_addr_env, "") if nodes.master_addr_env else "")
+    address = address or environ.get(LWS_LEADER, "")
+    if not address:
+        where = f"${nodes.master_addr_env} is empty" if nodes.master_addr_env else "nodes.master_addr is missing"
+        raise ProfileError(source, "nodes.master_addr", f"{where}: the nodes cannot find their head",
+                           "write master_addr: <the head node's address> (under a LeaderWorkerSet it comes "
+                           f"from {LWS_LEADER})")
+    return Placement(rank, nodes.count, address.strip(), nodes.master_port, nodes.backend)

@@ -1,0 +1,97 @@
+"""`render lws` against the LeaderWorkerSet v1 schema (pinned from the project's CRD), with no field the API
+server would prune; `render systemd` for one node's rank."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from launcher.config.load import loads
+from launcher.deploy import render
+from launcher.errors import ConfigError
+from tests.unit.config.test_nodes import TWO
+
+SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "data" / "k8s" / "leaderworkerset-v1.schema.json")
+                    .read_text())["schema"]
+
+
+def unknown_fields(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
+    """Keys the schema does not declare: Kubernetes drops them silently, so a typo would never fail."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        properties = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        for key, item in value.items():
+            if properties is not None and key in properties:
+                found += unknown_fields(item, properties[key], f"{path}.{key}")
+            elif isinstance(extra, dict):
+                found += unknown_fields(item, extra, f"{path}.{key}")
+            elif properties is not None and not schema.get("x-kubernetes-preserve-unknown-fields"):
+                found.append(f"{path}.{key}")
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for n, item in enumerate(value):
+            found += unknown_fields(item, schema["items"], f"{path}[{n}]")
+    return found
+
+
+@pytest.fixture
+def documents() -> list[dict[str, Any]]:
+    text = render.lws_text(render.lws_manifest(loads(TWO, name="llama70b"), TWO, image="registry/vllm-launch:1",
+                                               namespace="serving"), "vllm-llama70b-secrets")
+    return list(yaml.safe_load_all(text))
+
+
+def test_the_leaderworkerset_is_valid_and_prunes_nothing(documents: list[dict[str, Any]]) -> None:
+    config_map, lws, service = documents
+    jsonschema.validate(lws, SCHEMA)
+    assert [] == unknown_fields(lws, SCHEMA)
+    spec = lws["spec"]["leaderWorkerTemplate"]
+    assert (spec["size"], spec["restartPolicy"]) == (2, "RecreateGroupOnPodRestart")
+    leader = spec["leaderTemplate"]["spec"]["containers"][0]
+    worker = spec["workerTemplate"]["spec"]["containers"][0]
+    for container in (leader, worker):
+        assert container["command"][:3] == ["vllm-launch", "up", "/etc/vllm-launch/llama70b.yaml"]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == 4
+        assert {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "vllm-llama70b-secrets",
+                                                                       "key": "api_key"}}} in container["env"]
+        assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+    assert leader["readinessProbe"]["httpGet"] == {"path": "/health", "port": 8000} and "readinessProbe" not in worker
+    volumes = spec["leaderTemplate"]["spec"]["volumes"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in volumes
+    assert service["spec"]["selector"] == {"leaderworkerset.sigs.k8s.io/name": "vllm-llama70b", "role": "leader"}
+    assert service["spec"]["ports"][0]["port"] == 8000 and lws["metadata"]["namespace"] == "serving"
+    pod_profile = yaml.safe_load(config_map["data"]["llama70b.yaml"])
+    assert pod_profile["nodes"]["master_addr"] == {"env": "LWS_LEADER_ADDRESS"}
+    assert "secret" not in json.dumps(config_map).lower().replace("secrets", ""), "no secret value inline"
+
+
+def test_a_schema_violation_is_caught(documents: list[dict[str, Any]]) -> None:
+    """The check can fail: a size given as text, and a misspelt field, are both found."""
+    lws = documents[1]
+    lws["spec"]["leaderWorkerTemplate"]["size"] = "two"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(lws, SCHEMA)
+    lws["spec"]["leaderWorkerTemplate"]["size"] = 2
+    lws["spec"]["leaderWorkerTemplate"]["restartPolcy"] = "None"
+    assert [".spec.leaderWorkerTemplate.restartPolcy"] == unknown_fields(lws, SCHEMA)
+
+
+def test_secrets_must_come_from_the_environment_in_a_pod() -> None:
+    text = TWO.replace("api_key: {env: VLLM_API_KEY}", "api_key: {file: /run/key}")
+    with pytest.raises(ConfigError, match=re.escape("write api_key: {env: VLLM_API_KEY}")):
+        render.lws_manifest(loads(text), text, image="x")
+
+
+def test_systemd_gives_one_node_its_rank() -> None:
+    text = render.systemd_text(loads(TWO, name="llama70b"), 1)
+    assert "Environment=VLLM_LAUNCH_NODE_RANK=1\n" in text and "vllm-launch@llama70b" in text
+    with pytest.raises(ConfigError, match=re.escape("outside 0..1")):
+        render.systemd_text(loads(TWO), 2)
+    with pytest.raises(ConfigError, match="needs a nodes: section"):
+        render.systemd_text(loads("model: m\nvllm: {host: 127.0.0.1}\n"), 0)
