@@ -1,0 +1,91 @@
+"""Before the first launch: a Ray cluster that must be all there (backend: ray), the port, our leftovers."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from typing import Any
+
+import psutil
+import pytest
+
+from launcher.config.load import loads
+from launcher.errors import ConfigError, PreflightError
+from launcher.run import prelaunch, processes
+
+STATUS = """======== Autoscaler status: 2026-12-01 10:00:00 ========
+Node status
+---------------------------------------------------------------
+Active:
+ 1 node_3f2e
+ 1 node_9a1c
+Pending:
+ (no pending nodes)
+Recent failures:
+ (no failures)
+
+Resources
+---------------------------------------------------------------
+Usage:
+ 0.0/64.0 CPU
+ 0.0/8.0 GPU
+ 0B/400.00GiB memory
+"""
+RAY = """\
+model: m
+vllm: {host: 127.0.0.1, tensor-parallel-size: 4, pipeline-parallel-size: 2}
+nodes: {count: 2, master_addr: 10.0.0.1, backend: ray}
+"""
+
+
+def runner(stdout: str = STATUS, code: int = 0, missing: bool = False) -> Any:
+    def run(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        if missing:
+            raise FileNotFoundError(2, "No such file or directory", "ray")
+        return subprocess.CompletedProcess(argv, code, stdout, "ray: no cluster" if code else "")
+    return run
+
+
+def test_ray_status_is_read_for_nodes_and_gpus() -> None:
+    assert (2, 8.0) == prelaunch.ray_cluster(STATUS)
+    assert (0, 0.0) == prelaunch.ray_cluster("")
+
+
+def test_a_complete_ray_cluster_passes() -> None:
+    prelaunch.check_ray(loads(RAY), runner())
+
+
+@pytest.mark.parametrize(("run", "error", "words"), [
+    (runner(STATUS.replace(" 1 node_9a1c\n", "")), PreflightError, "has 1 node(s) and 8 GPU(s)"),
+    (runner(STATUS.replace("0.0/8.0 GPU", "0.0/4.0 GPU")), PreflightError, "needs 2 nodes and 8 GPUs"),
+    (runner(code=1), PreflightError, "`ray status` failed"),
+    (runner(missing=True), ConfigError, "`ray` is not installed"),
+])
+def test_a_ray_cluster_that_is_not_all_there_says_what_is_missing(run: Any, error: type[Exception],
+                                                                   words: str) -> None:
+    with pytest.raises(error) as found:
+        prelaunch.check_ray(loads(RAY), run)
+    assert words in str(found.value)
+
+
+def test_a_taken_port_is_78_naming_the_key() -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(ConfigError, match=r"set vllm\.port to a free port"):
+            prelaunch.check_port(loads(f"model: m\nvllm: {{host: 127.0.0.1, port: {port}}}\n"))
+
+
+def test_an_earlier_runs_live_processes_are_stopped() -> None:
+    """A process recorded by an earlier run (same boot, PID and start time) is ours: it is stopped."""
+    leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        started = processes.start_time(psutil.Process(leftover.pid))
+        previous = {"child": {"boot_id": processes.boot_id(), "known": {str(leftover.pid): started}}}
+        prelaunch.stop_recorded_leftovers(previous)
+        assert leftover.wait(timeout=10) is not None
+    finally:
+        leftover.kill()
+        leftover.wait()
