@@ -263,3 +263,24 @@ class TestConfigFaults:
         finally:
             stranger.kill()
             stranger.wait()
+
+
+class TestDirectoryFaults:
+    @pytest.mark.parametrize("which", ["log", "state"])
+    def test_an_unusable_directory_at_start_is_78_naming_it(self, launch: Callable[..., Launcher], port: int,
+                                                            tmp_path: Path, which: str) -> None:
+        """A log or state directory that cannot be created (a file sits where it should be): 78 before any
+        launch, one line naming the directory and the fix."""
+        blocker = tmp_path / "blocker"
+        blocker.write_text("not a directory")
+        text = profile(port)
+        kwargs: dict[str, object] = {}
+        if which == "log":
+            text = text.replace("log_file: vllm.log", f"log_file: {blocker}/logs/vllm.log")
+        else:
+            kwargs["state_dir"] = blocker / "state"
+        lau = launch(text, scenarios=[{"log": OK}], **kwargs)
+        assert 78 == lau.wait(20)
+        assert [] == lau.argvs()
+        message = lau.output()
+        assert str(blocker) in message and "Traceback" not in message

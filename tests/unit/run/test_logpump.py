@@ -93,3 +93,16 @@ def test_carriage_return_redraws_are_lines_and_progress() -> None:
         events.append(p.events.get_nowait())
     percents = [e.values.get("percent") for e in events if e.kind == "progress"]
     assert percents == [0, 25, 50, 75, 100]
+
+
+def test_the_launchers_own_probes_never_reach_the_console(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every few seconds /health and /v1/models write an access line: the log file keeps them, the console not."""
+    lines = [b'(APIServer pid=9) INFO:     127.0.0.1:50000 - "GET /health HTTP/1.1" 200 OK',
+             b'INFO:     127.0.0.1:50002 - "GET /v1/models HTTP/1.1" 200 OK',
+             b'INFO:     10.0.0.7:41000 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+             b"(EngineCore pid=10) INFO 12-01 10:00:00 [core.py:1] loading"]
+    p = logpump.LogPump(io.BytesIO(b"\n".join(lines) + b"\n"), None, echo=True, diagnoser=Diagnoser())
+    p.run()
+    shown = capsys.readouterr().out.splitlines()
+    assert [line.split("|", 1)[1].strip()[:20] for line in shown] == ['INFO:     10.0.0.7:4', "(EngineCore pid=10) "]
+    assert len(p.tail) == 4, "the diagnosis (and the log file) still see every line"
