@@ -151,7 +151,8 @@ def _run(session: Session, directory: Path, previous: Any) -> int:
     if session.placement is not None:
         log.info("nodes.placement", rank=session.placement.rank, of=session.placement.count,
                  head=f"{session.placement.master_addr}:{session.placement.master_port}",
-                 backend=session.placement.backend)
+                 backend=session.placement.backend,
+                 model=f"{session.profile.model}: checked on this node only; it must be at the same path on every node")
         if session.placement.backend == "ray":
             prelaunch.check_ray(session.profile, session.run_command)
     session.check_stop()
