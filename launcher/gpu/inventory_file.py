@@ -11,6 +11,7 @@ import yaml
 
 from launcher.errors import UsageError
 from launcher.gpu.inventory import GpuDevice, GpuInventory, GpuProcess, apply_visibility
+from launcher.procstat import stat_fields
 from launcher.units import parse_size
 
 
@@ -213,8 +214,5 @@ class _InventoryReader:
 
 def _alive(pid: int) -> bool:
     """A running process (a zombie has given its memory back)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return stat[stat.rindex(b")") + 2:][:1] not in (b"Z", b"X")
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] not in (b"Z", b"X")

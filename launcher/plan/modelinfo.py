@@ -185,9 +185,14 @@ def hf_hub_cache(environ: Mapping[str, str] | None = None) -> Path:
     return Path(home) / "hub"
 
 
+def repo_cache_dir(model: str, environ: Mapping[str, str] | None = None) -> Path:
+    """Where the Hugging Face hub caches a model: <hub cache>/models--Org--Name."""
+    return hf_hub_cache(environ) / f"models--{model.replace('/', '--')}"
+
+
 def snapshot_dir(model: str, environ: Mapping[str, str] | None = None) -> Path | None:
     """The cached snapshot of a hub model (refs/main first), if any."""
-    repo = hf_hub_cache(environ) / f"models--{model.replace('/', '--')}"
+    repo = repo_cache_dir(model, environ)
     snapshots = repo / "snapshots"
     if not snapshots.is_dir():
         return None

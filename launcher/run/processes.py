@@ -17,18 +17,17 @@ from typing import Any
 
 import psutil
 
+from launcher.procstat import stat_fields
+
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
 def start_time(proc: psutil.Process) -> float:
     """Seconds after boot that the process started; raises psutil.NoSuchProcess when it is gone."""
-    try:
-        data = Path(f"/proc/{proc.pid}/stat").read_bytes()
-    except OSError:
-        raise psutil.NoSuchProcess(proc.pid) from None
-    # The name (field 2) may hold spaces and parentheses: count fields after the last ')'.
-    fields = data[data.rindex(b")") + 2:].split()
+    fields = stat_fields(proc.pid)
+    if fields is None:
+        raise psutil.NoSuchProcess(proc.pid)
     return int(fields[19]) / _CLOCK_TICKS  # field 22, starttime
 
 

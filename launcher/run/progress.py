@@ -14,7 +14,7 @@ from pathlib import Path
 
 import structlog
 
-from launcher.plan.modelinfo import hf_hub_cache
+from launcher.plan.modelinfo import repo_cache_dir
 from launcher.units import GIB
 from launcher.vllm.signatures import LogEvent
 
@@ -31,8 +31,7 @@ class CacheGrowth:
 
     def __init__(self, model: str, environ: Mapping[str, str], clock: Callable[[], float] = time.monotonic) -> None:
         local = model.startswith(("/", ".")) or Path(model).exists()
-        self.folder = None if local or "/" not in model else \
-            hf_hub_cache(environ) / f"models--{model.replace('/', '--')}"
+        self.folder = None if local or "/" not in model else repo_cache_dir(model, environ)
         self.clock = clock
         self.last_growth = 0.0  # monotonic time the folder last grew (0: never)
         self.size = self._measure()

@@ -9,14 +9,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from launcher.config.profile import Requirements
+from launcher.config.profile import Requirements, parse_max_model_len
 from launcher.run.logpump import EOF
 from launcher.run.supervisor import Child, Outcome, outcome
 from launcher.vllm.command import Plan
 from launcher.vllm.diagnose import Diagnosis
 from launcher.vllm.signatures import KV_INSUFFICIENT, LogEvent
 
-AUTO_LENGTHS = ("auto", "-1")
 # How long a generic fatal line ("EngineCore failed to start") waits for its root cause.
 ROOT_CAUSE_WAIT_S = 2.0
 
@@ -96,7 +95,9 @@ def capacity_gate(require: Requirements, outcome: Outcome, plan: Plan, block_siz
     tokens = numbers.get("kv_tokens")
     if not isinstance(tokens, int) or not length:
         return None
-    if str(plan.flags.get("max-model-len")) in AUTO_LENGTHS and length > tokens - block_size:
+    written = plan.flags.get("max-model-len")
+    auto = written is not None and parse_max_model_len(written) is None  # `auto` or -1: vLLM fits it
+    if auto and length > tokens - block_size:
         # vLLM keeps one null block out of the pool: a request of exactly the fitted length never gets
         # its last block and waits forever. One block lower is the longest context that is served.
         numbers.update(max_model_len=length, estimated_max_model_len=tokens - block_size)

@@ -25,7 +25,6 @@ class CompletionCheck:
     def __init__(self, send: Callable[[], bool], interval_s: float, clock: Callable[[], float]) -> None:
         self.send = send
         self.interval_s = interval_s
-        self.clock = clock
         self.next_at = clock() + interval_s
         self.thread: threading.Thread | None = None
         self.result: bool | None = None

@@ -7,6 +7,7 @@ decides *what* changes.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -120,16 +121,15 @@ def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> supe
                          vllm_version=session.semantics.version, log_file=str(prof.launcher.log_file or ""))
     session.notify(STATUS=f"attempt {number}: starting vLLM ({rung})")
     api_key = session.secrets.get("VLLM_API_KEY")
+    check = ReadyCheck(
+        health=lambda: health.check_health(plan.base_url).ok,
+        models=lambda: _models(plan, api_key),
+        completion=(lambda: _completion(plan, api_key)) if prof.launcher.health.completion_probe else None)
     if session.worker:
         # A headless rank serves no API: it is ready when its head answers, which vLLM's head only does once
         # every rank has joined (plan.base_url is the head's).
-        check = ReadyCheck(health=lambda: health.check_health(plan.base_url).ok,
-                           models=lambda: (child.popen.poll() is None, "the head serves the group", None))
-    else:
-        check = ReadyCheck(
-            health=lambda: health.check_health(plan.base_url).ok,
-            models=lambda: _models(plan, api_key),
-            completion=(lambda: _completion(plan, api_key)) if prof.launcher.health.completion_probe else None)
+        check = dataclasses.replace(check, completion=None,
+                                    models=lambda: (child.popen.poll() is None, "the head serves the group", None))
     growth = progress.CacheGrowth(prof.model, {**session.environ, **prof.env})
     phases = progress.PhaseReporter(growth)
     session.download = growth
