@@ -22,9 +22,12 @@ from launcher.units import parse_duration, parse_size
 
 LAUNCHER_KEYS = (
     "device", "vllm_bin", "log_file", "log_max_size", "log_backups", "startup_timeout",
-    "startup_stall", "stop_grace", "gpu_release_timeout", "max_attempts", "ladder", "require", "restart", "health",
-    "metrics",
+    "startup_stall", "stop_grace", "gpu_release_timeout", "confirm_window", "max_attempts", "ladder", "require",
+    "restart", "health", "metrics",
 )
+# A failure line waits at least this long for its confirmation (vLLM retries a Hub lookup after 2 s) and at
+# most this long (a fatal error that hangs vLLM must still end the attempt).
+CONFIRM_WINDOW_BOUNDS_S = (1.0, 120.0)
 _LADDER_KEYS = ("gpu_memory_utilization", "drop_fp8_kv_if_unsupported", "min_model_len")
 _REQUIRE_KEYS = ("min_sessions", "min_kv_tokens")
 _RESTART_KEYS = ("max", "window", "backoff")
@@ -53,11 +56,17 @@ def read_launcher(r: KeyReader, data: dict[str, Any], vllm: Mapping[str, FlagVal
     startup_stall = r.duration(data, "startup_stall", "launcher.startup_stall", "10m")
     stop_grace = r.duration(data, "stop_grace", "launcher.stop_grace", "30s")
     max_attempts = r.integer(data, "max_attempts", "launcher.max_attempts", 6, minimum=1) or 1
+    confirm_window = r.duration(data, "confirm_window", "launcher.confirm_window", "5s")
+    low, high = CONFIRM_WINDOW_BOUNDS_S
+    if not low <= confirm_window <= high:
+        raise r.fail("launcher.confirm_window", f"{confirm_window:g}s is outside {low:g}s to {high:g}s",
+                     "write e.g. confirm_window: 5s (how long a failure line waits for vLLM to confirm it)")
     return LauncherSettings(
         device=device, vllm_bin=vllm_bin, log_file=Path(log_file) if log_file else None,
         log_max_bytes=log_max_bytes, log_backups=log_backups, startup_timeout_s=startup_timeout,
         startup_stall_s=startup_stall, stop_grace_s=stop_grace, max_attempts=max_attempts,
         gpu_release_timeout_s=r.duration(data, "gpu_release_timeout", "launcher.gpu_release_timeout", "60s"),
+        confirm_window_s=confirm_window,
         ladder=_ladder(r, r.mapping(data.get("ladder"), "launcher.ladder"), vllm),
         require=_require(r, r.mapping(data.get("require"), "launcher.require")),
         restart=_restart(r, r.mapping(data.get("restart"), "launcher.restart")),

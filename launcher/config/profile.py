@@ -108,6 +108,9 @@ class LauncherSettings:
     metrics: MetricsSettings | None = None  # None: off (the default)
     # How long a relaunch waits for the last attempt's GPU memory to be given back (run/gpurelease.py).
     gpu_release_timeout_s: float = 60.0
+    # How long a failure line waits for the process to confirm it (exit, or no progress) before the attempt
+    # ends on it; progress in this window acquits the line (run/readiness.py).
+    confirm_window_s: float = 5.0
 
 
 class FlagViews:

@@ -9,8 +9,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import psutil
+
 from launcher.config.profile import Requirements, parse_max_model_len
 from launcher.run.logpump import EOF
+from launcher.run.processes import name_of, remembered
 from launcher.run.supervisor import Child, Outcome, outcome
 from launcher.vllm.command import Plan
 from launcher.vllm.diagnose import Diagnosis
@@ -30,21 +33,57 @@ class ReadyCheck:
     interval_s: float = 0.5
 
 
+class Accusation:
+    """A failure line that stands, unconfirmed: since when, and which of vLLM's processes were alive then.
+
+    The process convicts it: the API server, the engine or a worker exits, or nothing acquits it
+    within the confirm window (vLLM can hang after a fatal error)."""
+
+    def __init__(self, child: Child, since: float) -> None:
+        self.since = since
+        child.remember_descendants()
+        self.engine = {proc.pid: proc for proc in remembered(child.known) if _is_vllm_process(proc)}
+
+    def engine_exited(self) -> str | None:
+        """The title of a vLLM process (engine, worker) alive at the accusation and gone now."""
+        for pid, proc in self.engine.items():
+            try:
+                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                    continue
+            except psutil.Error:
+                pass
+            return f"{name_of(proc)} (PID {pid})"
+        return None
+
+
+def _is_vllm_process(proc: psutil.Process) -> bool:
+    """vLLM names its engine and workers (setproctitle): `VLLM::EngineCore`, `VLLM::Worker_TP1`, …"""
+    name = name_of(proc)
+    return name.startswith("VLLM::") or "EngineCore" in name
+
+
 def wait_ready(child: Child, stop: threading.Event, check: ReadyCheck, *, on_event: Callable[[LogEvent], None],
                tick: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.monotonic,
-               last_progress: Callable[[], float] = lambda: 0.0) -> Outcome:
-    """Block until the server is ready, an attempt-ending line is read, it exits, stalls, or we are stopped.
+               last_progress: Callable[[], float] = lambda: 0.0, confirm_window_s: float = 5.0,
+               on_acquit: Callable[[LogEvent, str], None] = lambda event, why: None) -> Outcome:
+    """Block until the server is ready, a confirmed failure ends the attempt, it exits, stalls, or we are stopped.
 
-    The first specific fatal line decides at once: vLLM can hang after a fatal error,
-    or exit 0. A generic one ("EngineCore failed to start") waits briefly for its root cause.
-    `startup_stall` counts from the last output line or the last `last_progress()` (a download's growth).
+    A failure line accuses (launcher/vllm/diagnose.py): the attempt ends on it once the log convicts it (a
+    traceback that ends in it, vLLM's engine-start failure line), or the process does (vLLM or its engine
+    exits, or `confirm_window_s` passes with no progress). Progress, or /health answering, acquits it; the
+    line is handed to `on_acquit` and the start-up goes on. A generic fatal line ("EngineCore failed to
+    start") waits briefly for its root cause. `startup_stall` counts from the last output line or the last
+    `last_progress()` (a download's growth).
     """
     plan = child.plan
     deadline = child.started + plan.startup_timeout_s
     next_probe = clock()
     next_snapshot = clock()
     generic_since: float | None = None
+    accusation: Accusation | None = None
+    acquitted_seen = 0
     models_info: tuple[bool, str, int | None] = (False, "", None)
+    diagnoser = child.pump.diagnoser
     while True:
         if stop.is_set():
             return outcome(child, "stopped", "stop requested")
@@ -55,18 +94,35 @@ def wait_ready(child: Child, stop: threading.Event, check: ReadyCheck, *, on_eve
         if event is not None and event is not EOF:
             on_event(event)
         tick()
-        diagnoser = child.pump.diagnoser
         with child.pump.lock:
-            decided, pending = diagnoser.decided, diagnoser.pending
+            decided, pending, accused = diagnoser.decided, diagnoser.pending, diagnoser.accused
+            acquitted = diagnoser.acquitted[acquitted_seen:]
+            evidence = diagnoser.confirmed
+        for line in acquitted:
+            on_acquit(line, "progress after it")
+        acquitted_seen += len(acquitted)
         if decided:
-            return outcome(child, "failed", "fatal log line")
+            return outcome(child, "failed", f"fatal log line, confirmed by its {evidence}")
         now = clock()
+        if accused:
+            accusation = accusation or Accusation(child, now)
+            gone = accusation.engine_exited()
+            if gone is not None:
+                _convict(child, "engine_exited")
+                return outcome(child, "failed", f"fatal log line, confirmed: {gone} exited after it")
+            if now - accusation.since >= confirm_window_s:
+                _convict(child, "no_progress")
+                return outcome(child, "failed", f"fatal log line, confirmed: no progress for {confirm_window_s:g}s "
+                                                "after it (launcher.confirm_window)")
+        else:
+            accusation = None
         if pending:
             generic_since = generic_since or now
             if now - generic_since >= ROOT_CAUSE_WAIT_S:
                 return outcome(child, "failed", "start-up failed (no specific root cause)")
         if event is EOF or child.popen.poll() is not None:
             child.pump.join(timeout=2.0)
+            _convict(child, "exit")
             return outcome(child, "failed", f"vLLM exited with {child.popen.wait()}")
         if now >= next_snapshot:
             child.remember_descendants()
@@ -83,8 +139,17 @@ def wait_ready(child: Child, stop: threading.Event, check: ReadyCheck, *, on_eve
             if check.health():
                 models_info = check.models()
                 if models_info[0] and (check.completion is None or check.completion()[0]):
+                    with child.pump.lock:
+                        cleared = diagnoser.acquit()  # the server answers: a standing line did not end it
+                    if cleared is not None:
+                        on_acquit(cleared, "the server answered /health and /v1/models")
                     child.remember_descendants()
                     return outcome(child, "ready", models_info[1], max_model_len=models_info[2])
+
+
+def _convict(child: Child, evidence: str) -> None:
+    with child.pump.lock:
+        child.pump.diagnoser.convict(evidence)
 
 
 def capacity_gate(require: Requirements, outcome: Outcome, plan: Plan, block_size: int = 16) -> Outcome | None:

@@ -142,8 +142,17 @@ def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> supe
         phases.tick()
         session.tick(child)
 
+    def on_acquit(event: LogEvent, why: str) -> None:
+        """A failure line the start-up survived: a warning for the operator, never the end of the attempt."""
+        log.warning("attempt.line_acquitted", attempt=number, line=event.message[:300], failure=event.failure,
+                    reason=event.reason, why=why)
+        warnings = [*(session.store.data.get("warnings") or []),
+                    {"attempt": number, "line": event.message[:300], "class": event.failure, "why": why}]
+        session.store.update(warnings=warnings[-state.MAX_WARNINGS:])
+
     outcome = wait_ready(child, session.stop, check, on_event=on_event, tick=tick,
-                         last_progress=lambda: growth.last_growth)
+                         last_progress=lambda: growth.last_growth, confirm_window_s=prof.launcher.confirm_window_s,
+                         on_acquit=on_acquit)
     if outcome.kind == "stopped":
         record.outcome = "stopped"
         return outcome  # the daemon's shutdown stops the child (start-up grace) and reports its exit and leftovers

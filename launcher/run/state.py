@@ -30,6 +30,7 @@ log = structlog.get_logger("vllm_launch")
 
 # A daemon that serves for months keeps the latest decisions and counts the rest (state stays small).
 MAX_DECISIONS = 50
+MAX_WARNINGS = 20  # failure lines a start-up survived (acquitted), newest last
 
 
 class StateStore:
@@ -197,6 +198,10 @@ def _status_text(data: Mapping[str, Any]) -> str:
         usage = live.get("vllm:kv_cache_usage_perc", live.get("vllm:gpu_cache_usage_perc"))
         lines.append(f"  live       KV usage {usage * 100:.1f} %, running {live.get('vllm:num_requests_running', 0):.0f}, "
                      f"waiting {live.get('vllm:num_requests_waiting', 0):.0f}" if usage is not None else f"  live {live}")
+    for warning in (data.get("warnings") or [])[-5:]:
+        if isinstance(warning, dict):
+            lines.append(f"  warning    attempt {warning.get('attempt')}: vLLM logged {warning.get('line')!r} "
+                         f"({warning.get('class')}), and went on ({warning.get('why')})")
     for decision in (data.get("decisions") or [])[-5:]:
         lines.append(f"  decision   attempt {decision.get('attempt')}: {decision.get('class')} → "
                      f"{decision.get('change')} ({decision.get('reason')})")

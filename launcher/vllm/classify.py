@@ -56,6 +56,9 @@ _QUIET_GATE = re.compile(
     r"|\u2588|Starting|Memory profiling|Capturing|Graph capturing|Warming|Compil|Download|Fetching"
     r"|Application startup|Shutting down|\[shutdown\] API|Replace|Engine 0|Uvicorn running|Free memory"
     r"|vLLM instance|GiB,? kv_cache_size|Based on the available|\{'model|Namespace\(")
+# vLLM's own retry of a Hub lookup (`with_retry`): `<what>: <error>, retrying 1 of 2`. The call is tried
+# again, so the error it names is not the attempt's end (the last try, if it fails, prints no such tail).
+_RETRYING = re.compile(r", retrying \d+ of \d+\s*$")
 _EXCEPTION = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt))(?:: (?P<text>.*))?$")
 _QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING"})
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -77,6 +80,14 @@ def normalize(line: str) -> tuple[str | None, str | None, str]:
     return match.group("proc"), match.group("level") or match.group("ulevel"), line[match.end():]
 
 
+def process_of(line: str) -> tuple[str | None, int | None]:
+    """vLLM's process prefix of a raw line, `(Worker_TP1 pid=42)`, as (name, pid)."""
+    match = _OUTER.match(_ANSI.sub("", line) if "\x1b" in line else line)
+    if match is None or match.group("pid") is None:
+        return None, None
+    return match.group("proc"), int(match.group("pid"))
+
+
 def is_client_text(message: str) -> bool:
     """An access-log or request-log record: its text is whatever a client sent."""
     return _ACCESS.match(message) is not None or _REQUEST_LOG.match(message) is not None
@@ -93,7 +104,7 @@ def classify(line: str) -> LogEvent | None:
 def _classify(line: str) -> LogEvent | None:
     if (' - "' in line or "equest " in line or "esponse " in line) and is_client_text(normalize(line)[2]):
         return _REQUEST  # a client's request (access or request log) reached a serving vLLM; its text carries nothing
-    troubled = _troubled(line)
+    troubled = _troubled(line) and not ("retrying" in line and _RETRYING.search(line) is not None)
     if not troubled and _QUIET_GATE.search(line) is None:
         return None
     return _match(line, SIGNATURES if troubled else _QUIET_SIGNATURES, troubled)
@@ -114,19 +125,22 @@ def _match(line: str, signatures: Iterable[Signature], troubled: bool) -> LogEve
         found = sig.pattern.search(message or "")
         if found:
             values = sig.convert(found.groupdict()) if sig.convert else _EMPTY
-            return LogEvent(sig.kind, stripped, values, sig.failure, sig.reason, sig.fatal, proc)
+            return LogEvent(sig.kind, stripped, values, sig.failure, sig.reason, sig.fatal, proc,
+                            process_of(line)[1] if proc else None)
     if not troubled:
         return None
     if stripped is None:
         proc, level, message = normalize(line)
         stripped = message.lstrip()
-    return _exception_event(proc, level, stripped)
+    return _exception_event(proc, process_of(line)[1] if proc else None, level, stripped)
 
 
 def classify_every_signature(line: str) -> LogEvent | None:
     """`classify` without its gates: every signature tried on the line (for tests of the gates)."""
     if (' - "' in line or "equest " in line or "esponse " in line) and is_client_text(normalize(line)[2]):
         return _REQUEST
+    if "retrying" in line and _RETRYING.search(line) is not None:
+        return _match(line[:_MAX_LINE], _QUIET_SIGNATURES, False)
     return _match(line[:_MAX_LINE], SIGNATURES, True)
 
 
@@ -137,10 +151,11 @@ def _troubled(line: str) -> bool:
     return _FAILURE_GATE.search(line) is not None
 
 
-def _exception_event(proc: str | None, level: str | None, stripped: str) -> LogEvent | None:
+def _exception_event(proc: str | None, pid: int | None, level: str | None, stripped: str) -> LogEvent | None:
     """An exception line (`ValueError: …`): the root cause when no signature matched."""
     if level in (None, "ERROR", "CRITICAL") and not stripped.startswith(_SOURCE_LINES):
         found = _EXCEPTION.match(stripped)
         if found:
-            return LogEvent("exception", stripped, MappingProxyType({"type": found.group("type")}), proc=proc)
+            return LogEvent("exception", stripped, MappingProxyType({"type": found.group("type")}), proc=proc,
+                            pid=pid)
     return None

@@ -1,7 +1,16 @@
 """Fold log events into one diagnosis: the failure class, its root-cause line, its numbers.
 
-The same fold runs live (the supervisor feeds it every line and acts on the first
-fatal one) and offline (`vllm-launch diagnose LOGFILE`).
+The same fold runs live (the supervisor feeds it every line) and offline (`vllm-launch diagnose LOGFILE`).
+
+A failure line *accuses*; it does not convict. vLLM prints ERROR lines it survives (a retried Hub
+lookup, an optional feature's traceback), so a line only makes a candidate:
+- the log convicts it when a traceback ends in an exception that carries the failure (the candidate
+  itself, or a later line of the same class), or vLLM's engine-start failure line follows;
+- progress after it (weights, KV-cache lines, graph capture, the server starting) acquits it: the
+  line is kept as a warning, and the start-up goes on;
+- the supervisor convicts it too when the process exits or stays silent for `launcher.confirm_window`
+  (run/readiness.py); offline, a log that ends on a standing candidate is convicted by its end.
+Confirmation changes *whether* the launcher acts, never *what* it does: the class is the candidate's.
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from launcher.vllm.classify import classify
+from launcher.vllm.classify import classify, normalize
 from launcher.vllm.signatures import CONFIG, ENGINE_DEAD, KV_INSUFFICIENT, OK, STARTUP_MEMORY, UNKNOWN, LogEvent
 
 DEFAULT_BLOCK_SIZE = 16
@@ -29,6 +38,8 @@ class Diagnosis:
     numbers: Mapping[str, Any] = field(default_factory=dict)
     state: str = "starting"  # how far the server got: starting, serving, stopped
     line_number: int | None = None
+    warnings: tuple[str, ...] = ()  # failure lines that progress afterwards acquitted
+    evidence: str | None = None  # what convicted the failure: traceback, engine_start_failed, same_class, …
 
     @property
     def failed(self) -> bool:
@@ -36,7 +47,8 @@ class Diagnosis:
 
     def to_dict(self) -> dict[str, Any]:
         return {"class": self.cls, "reason": self.reason, "root_cause": self.root_cause,
-                "numbers": dict(self.numbers), "state": self.state, "line": self.line_number}
+                "numbers": dict(self.numbers), "state": self.state, "line": self.line_number,
+                "evidence": self.evidence, "warnings": list(self.warnings)}
 
 
 # The numbers a diagnosis reports (documented in README); other captured values stay internal.
@@ -63,6 +75,26 @@ _OOM_PHASES = (
 _PHASE_REASON = {"weights": "weights", "profiling": "profiling", "cuda_graphs": "cuda_graphs"}
 _FRAME = re.compile(r'File "[^"]*", line \d+, in (\w+)|processing method (\w+)|(torch\.cuda\.graph\()')
 _HINT_WINDOW = 80  # lines before the out-of-memory line whose frames still describe it
+# Lines that show the start-up moving on: a failure line read before one of these did not end it.
+ACQUITTING = frozenset({"progress", "model_loading", "kv_tokens", "concurrency", "available_kv", "gpu_blocks",
+                        "memory_budget", "server_starting", "startup_complete"})
+# Lines that show that a start-up happened at all (a pasted error without any of these is never `ok`).
+_STARTUP_EVIDENCE = ACQUITTING | {"request", "version"}
+# An exception line, `[module.]TypeError: text`: the last line of a traceback.
+_EXCEPTION_FORM = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)\b")
+_TRACEBACK = "Traceback (most recent call last)"
+_TRACEBACK_SPAN = 400  # lines after a traceback's header in which its final exception is looked for
+_MAX_WARNINGS = 20
+# A rank's name without its index: `Worker_TP1` and `Worker_TP0` are ranks of one kind, `EngineCore_DP0` too.
+_RANK_SUFFIX = re.compile(r"(?:[_ ]?(?:TP|PP|DP|EP|rank)\d+|_\d+)+$")
+
+
+def _sibling_ranks(accused: LogEvent, other: LogEvent) -> bool:
+    """Two different processes of the same kind (TP/PP/DP ranks): one's progress says nothing of the other's
+    failure, since every rank loads and profiles on its own."""
+    if accused.proc is None or other.proc is None or (accused.proc, accused.pid) == (other.proc, other.pid):
+        return False
+    return _RANK_SUFFIX.sub("", accused.proc) == _RANK_SUFFIX.sub("", other.proc)
 
 
 class Diagnoser:
@@ -84,15 +116,41 @@ class Diagnoser:
         self.hints: deque[tuple[int, str]] = deque(maxlen=256)  # (line number, frame or method name)
         self.last_exception_line = 0
         self.last_progress_line = 0
+        self.started = False  # any line that shows a start-up happened (version, progress, capacity, serving)
+        self.errors = 0  # ERROR/CRITICAL records and exception lines seen
+        self.confirmed: str | None = None  # what convicted the standing failure (None: only accused)
+        self.acquitted: list[LogEvent] = []
+        self.tracebacks: dict[str | None, int] = {}  # process prefix → line of its open traceback's header
 
     @property
     def decided(self) -> bool:
-        return self.failure is not None
+        """A failure the log itself has convicted: the attempt ends now."""
+        return self.failure is not None and self.confirmed is not None
+
+    @property
+    def accused(self) -> bool:
+        """A failure line stands, not yet convicted or acquitted: the supervisor watches the process."""
+        return self.failure is not None and self.confirmed is None
 
     @property
     def pending(self) -> bool:
         """A generic fatal line was seen and the root cause has not shown up yet."""
         return self.failure is None and self.generic is not None
+
+    def convict(self, evidence: str) -> None:
+        """The process confirmed the standing failure (it exited, its engine died, it stayed silent)."""
+        if self.failure is not None and self.confirmed is None:
+            self.confirmed = evidence
+
+    def acquit(self) -> LogEvent | None:
+        """The start-up went on (a log line, or /health answered): the standing failure becomes a warning."""
+        if self.failure is None or self.confirmed is not None:
+            return None
+        event = self.failure
+        if len(self.acquitted) < _MAX_WARNINGS:
+            self.acquitted.append(event)
+        self.failure = self.failure_line = self.phase_at_failure = None
+        return event
 
     def expect_shutdown(self) -> None:
         """The launcher itself is stopping the server: engine-death lines are not failures then."""
@@ -104,16 +162,30 @@ class Diagnoser:
             found = _FRAME.search(line)
             if found:
                 self.hints.append((self.lines, found.group(1) or found.group(2) or found.group(3)))
+        if _TRACEBACK in line and len(line) < 4096:
+            self.tracebacks[normalize(line)[0]] = self.lines
+        if "ERROR" in line or "CRITICAL" in line:
+            self.errors += 1
         event = classify(line)
         if event is not None:
             self.observe(event)
         return event
+
+    def _ends_traceback(self, event: LogEvent) -> bool:
+        """The event is the final exception of a traceback its process printed (and closes that traceback)."""
+        opened = self.tracebacks.get(event.proc)
+        if opened is None or self.lines - opened > _TRACEBACK_SPAN or not _EXCEPTION_FORM.match(event.message):
+            return False
+        del self.tracebacks[event.proc]
+        return True
 
     def observe(self, event: LogEvent) -> None:
         kind = event.kind
         if kind == "failure":
             self._failure(event)
         elif kind == "exception":
+            self.errors += 1
+            self._ends_traceback(event)
             if "initialization failed" not in event.message:
                 self.last_exception = event
                 self.last_exception_line = self.lines
@@ -123,6 +195,10 @@ class Diagnoser:
             self.serving = True
         elif kind == "progress":
             self.phase = str(event.values.get("phase", self.phase))
+        if kind in _STARTUP_EVIDENCE:
+            self.started = True
+        if kind in ACQUITTING and self.failure is not None and not _sibling_ranks(self.failure, event):
+            self.acquit()
         if kind not in ("failure", "exception"):
             self.last_progress_line = self.lines
         if kind == "version" and "vllm_version" in event.values and self.failure is None:
@@ -137,33 +213,52 @@ class Diagnoser:
     def _failure(self, event: LogEvent) -> None:
         if event.failure == ENGINE_DEAD and self.shutting_down:
             return
+        ends_traceback = self._ends_traceback(event)
         if event.fatal == "specific":
-            if self.failure is None:
+            if self.failure is None or (self.confirmed is None and ends_traceback
+                                        and event.failure != self.failure.failure):
+                # The first failure line stands; a traceback that ends in another failure replaces a mere accusation.
                 self.failure, self.failure_line = event, self.lines
                 self.phase_at_failure = self.phase
-        elif self.generic is None:
-            self.generic, self.generic_line = event, self.lines
+                if ends_traceback:
+                    self.confirmed = "traceback"
+                elif self.generic is not None:
+                    self.confirmed = "engine_start_failed"  # vLLM said the engine failed before naming the cause
+            elif self.confirmed is None and event.failure == self.failure.failure:
+                self.confirmed = "traceback" if ends_traceback else "same_class"
+        else:
+            if self.generic is None:
+                self.generic, self.generic_line = event, self.lines
+            self.convict("engine_start_failed")  # vLLM's own word that the start-up failed
 
     def diagnosis(self) -> Diagnosis:
+        """The verdict of the log so far; a standing accusation counts (the log, or the process, ended on it)."""
         # The failure's own numbers (its max_model_len, free memory) win over earlier capacity lines.
-        numbers = self._derived_numbers({**self.numbers, **(self.failure.values if self.failure else {})})
+        numbers = MappingProxyType(self._derived_numbers({**self.numbers,
+                                                          **(self.failure.values if self.failure else {})}))
         state = "stopped" if self.shutting_down else "serving" if self.serving else "starting"
+        warnings = tuple(event.message for event in self.acquitted)
         if self.failure is not None:
             event = self.failure
             reason = event.reason
             if reason is None and event.failure == STARTUP_MEMORY:
                 reason = self._oom_phase()
-            return Diagnosis(event.failure or UNKNOWN, reason, event.message, MappingProxyType(numbers),
-                             state, self.failure_line)
+            return Diagnosis(event.failure or UNKNOWN, reason, event.message, numbers, state, self.failure_line,
+                             warnings, self.confirmed or "accused")
         if self.generic is not None:
             cause = self.last_exception or self.generic
             cls = ENGINE_DEAD if self.generic.failure == ENGINE_DEAD else UNKNOWN
-            return Diagnosis(cls, None, cause.message, MappingProxyType(numbers), state, self.generic_line)
+            return Diagnosis(cls, None, cause.message, numbers, state, self.generic_line, warnings,
+                             "engine_start_failed")
         if self.last_exception is not None and not self.serving and self.last_exception_line > self.last_progress_line:
             # The log ends in a traceback no signature knows: vLLM failed, the cause is that exception.
-            return Diagnosis(UNKNOWN, None, self.last_exception.message, MappingProxyType(numbers), state,
-                             self.last_exception_line)
-        return Diagnosis(OK, None, None, MappingProxyType(numbers), state, None)
+            return Diagnosis(UNKNOWN, None, self.last_exception.message, numbers, state, self.last_exception_line,
+                             warnings, "log_end")
+        if self.errors and not self.started:
+            # A pasted error with no sign of a start-up: nothing shows that this server ever worked.
+            return Diagnosis(UNKNOWN, None, "errors, and no sign that vLLM started", numbers, state, None, warnings,
+                             "no_startup")
+        return Diagnosis(OK, None, None, numbers, state, None, warnings)
 
     def _oom_phase(self) -> str | None:
         """The start-up phase an out-of-memory happened in: its traceback first, then the log's progress."""

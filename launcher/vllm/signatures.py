@@ -34,7 +34,8 @@ class LogEvent:
     failure: str | None = None  # failure class, for failure kinds
     reason: str | None = None  # config reason
     fatal: str | None = None  # "specific" (decide now) or "generic" (wait briefly for the root cause)
-    proc: str | None = None
+    proc: str | None = None  # vLLM's process prefix, `(Worker_TP1 pid=42)`: its name …
+    pid: int | None = None  # … and its pid
 
 
 @dataclass(frozen=True, slots=True)
