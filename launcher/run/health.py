@@ -24,6 +24,8 @@ class Probe:
 # An opener with no proxy handler from the environment (urllib's default reads http_proxy/https_proxy).
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 # What a probe treats as "nothing answered": sockets, bad URLs, and broken HTTP (not OSError subclasses).
+# A probe reads at most this much of an answer: a server that streams without end cannot fill our memory.
+MAX_BODY_BYTES = 16 * 1024 * 1024
 PROBE_ERRORS = (OSError, ValueError, http.client.HTTPException)
 
 
@@ -39,7 +41,7 @@ def _request(url: str, timeout: float, api_key: str | None = None, body: dict[st
     request = urllib.request.Request(url, data=data, headers=headers)  # noqa: S310 - http(s) URLs we built
     try:
         with _DIRECT.open(request, timeout=timeout) as response:
-            return int(response.status), response.read()
+            return int(response.status), response.read(MAX_BODY_BYTES)
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read() if exc.fp else b""
 

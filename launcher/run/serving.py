@@ -6,28 +6,53 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import structlog
 
 from launcher.errors import LadderExhausted
 from launcher.run import health
+from launcher.run.liveness import Verdict, Work, judge, parse_work
 from launcher.run.logpump import EOF
 from launcher.run.session import Session, Stopped
 from launcher.run.supervisor import FAILED_ATTEMPT_GRACE_S, Child, Outcome, outcome
 from launcher.units import format_duration
 
 log = structlog.get_logger("vllm_launch")
+_MAX_METRICS_BYTES = 8 * 1024 * 1024  # vLLM's /metrics is ~100 KiB; a larger answer is cut, not held whole
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One /metrics read: whether it answered, and vLLM's work series if it served them."""
+
+    answered: bool
+    work: Work | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    ok: bool
+    verdict: Verdict | None = None  # for a failed probe: what vLLM's counters say it means
+    before: Work | None = None
+    after: Work | None = None
 
 
 class CompletionCheck:
-    """A 1-token completion in a thread of its own, so a wedged engine never blocks the watch loop."""
+    """A 1-token completion in a thread of its own, so a wedged engine never blocks the watch loop.
 
-    def __init__(self, send: Callable[[], bool], interval_s: float, clock: Callable[[], float]) -> None:
+    The thread reads /metrics before it sends the completion and again when it failed, so that a probe
+    that waited in a busy server's queue is told apart from one a wedged engine never answered
+    (launcher/run/liveness.py)."""
+
+    def __init__(self, send: Callable[[], bool], interval_s: float, clock: Callable[[], float],
+                 read_metrics: Callable[[], Reading] | None = None) -> None:
         self.send = send
+        self.read_metrics = read_metrics
         self.interval_s = interval_s
         self.next_at = clock() + interval_s
         self.thread: threading.Thread | None = None
-        self.result: bool | None = None
+        self.result: ProbeResult | None = None
 
     def due(self, now: float) -> bool:
         return self.interval_s > 0 and self.thread is None and now >= self.next_at
@@ -36,17 +61,27 @@ class CompletionCheck:
         self.result = None
 
         def run() -> None:
-            self.result = self.send()
+            before = self.read_metrics() if self.read_metrics is not None else None
+            if self.send():
+                self.result = ProbeResult(True)
+                return
+            if before is None or self.read_metrics is None:
+                self.result = ProbeResult(False, Verdict.UNKNOWN)
+                return
+            after = self.read_metrics()
+            verdict = judge(before.work, after.work, answered=after.answered,
+                            absent=before.work is None or after.work is None)
+            self.result = ProbeResult(False, verdict, before.work, after.work)
 
         self.thread = threading.Thread(target=run, name="completion-probe", daemon=True)
         self.thread.start()
 
-    def finished(self) -> bool | None:
-        """The answer once the probe is over (the HTTP timeout bounds it), else None."""
+    def finished(self) -> ProbeResult | None:
+        """The answer once the probe is over (the HTTP timeouts bound it), else None."""
         if self.thread is None or self.thread.is_alive():
             return None
         self.thread = None
-        return bool(self.result)
+        return self.result or ProbeResult(False, Verdict.UNKNOWN)
 
 
 def watch(child: Child, stop: threading.Event, *, health: Callable[[], bool], interval_s: float, failures: int,
@@ -58,6 +93,7 @@ def watch(child: Child, stop: threading.Event, *, health: Callable[[], bool], in
     A death line alone restarts nothing: a client's prompt or URL can carry any text into the log, so
     the engine is dead when its process exits or its /health fails too."""
     failed = wedged = 0
+    warned_no_metrics = False
     next_probe = clock() + interval_s
     next_snapshot = clock()
     suspect: str | None = None  # a death line read: probe /health at once
@@ -84,13 +120,26 @@ def watch(child: Child, stop: threading.Event, *, health: Callable[[], bool], in
         answered = completion.finished() if completion is not None else None
         if completion is not None and answered is not None:
             # A wedged engine answers /health: its failed completions count on their own, not reset by it.
-            wedged = 0 if answered else wedged + 1
-            completion.next_at = now + (completion.interval_s if answered else 0.0)  # retry at once until it answers
-            if not answered:
-                log.warning("serving.completion_failed", failures=wedged, of=failures)
+            retry_at_once = False
+            if answered.ok:
+                wedged = 0
+            elif answered.verdict is Verdict.BUSY:
+                # Tokens flowed while our probe waited in the queue: busy, not wedged. Nothing counts.
+                log.info("serving.busy", **_work_fields(answered), failures=wedged, of=failures)
+            else:
+                wedged += 1
+                retry_at_once = True
+                if answered.verdict is Verdict.UNKNOWN and not warned_no_metrics:
+                    warned_no_metrics = True
+                    log.warning("serving.no_metrics", reason="/metrics has no vllm:num_requests_* or "
+                                "vllm:generation_tokens series: every failed completion counts")
+                log.warning("serving.completion_failed", failures=wedged, of=failures,
+                            verdict=str(answered.verdict), **_work_fields(answered))
+            completion.next_at = now + (0.0 if retry_at_once else completion.interval_s)
             if wedged >= failures:
                 return outcome(child, "engine_dead", f"/health answers but {wedged} 1-token completions in a row "
-                                                     "failed (launcher.health.completion_interval): the engine is wedged")
+                                                     "failed while vLLM generated no token "
+                                                     "(launcher.health.completion_interval): the engine is wedged")
         if now >= next_probe:
             next_probe = now + interval_s
             if health():
@@ -109,6 +158,28 @@ def watch(child: Child, stop: threading.Event, *, health: Callable[[], bool], in
             return outcome(child, "engine_dead", f"/health failed {failed} times in a row")
 
 
+def _work_fields(result: ProbeResult) -> dict[str, float]:
+    """The counters behind a verdict, for the log line that states it."""
+    fields: dict[str, float] = {}
+    for label, work in (("before", result.before), ("after", result.after)):
+        if work is not None:
+            fields.update({f"running_{label}": work.running, f"waiting_{label}": work.waiting,
+                           f"generated_{label}": work.generated})
+    return fields
+
+
+def read_metrics(base_url: str, timeout_s: float) -> Reading:
+    """vLLM's /metrics once: not answering is evidence; answering without vLLM's series is none."""
+    try:
+        status, body = health.get(f"{base_url}/metrics", timeout=timeout_s)
+    except health.PROBE_ERRORS:
+        return Reading(False, None)
+    if status >= 500:
+        return Reading(False, None)
+    return Reading(True, parse_work(body[:_MAX_METRICS_BYTES].decode("utf-8", errors="replace"))
+                   if status == 200 else None)
+
+
 def serve(session: Session) -> Outcome:
     """Watch the ready child until it dies or we are stopped."""
     child = session.child
@@ -123,8 +194,9 @@ def serve(session: Session) -> Outcome:
                                        timeout=policy.completion_timeout_s).ok
 
     # A worker rank watches its head's /health: a head that is gone means the group is gone; restart the rank.
-    completion = None if session.worker else CompletionCheck(send_completion, policy.completion_interval_s,
-                                                             time.monotonic)
+    completion = None if session.worker else CompletionCheck(
+        send_completion, policy.completion_interval_s, time.monotonic,
+        read_metrics=lambda: read_metrics(plan.base_url, policy.timeout_s))
     return watch(child, session.stop, health=lambda: health.check_health(plan.base_url, policy.timeout_s).ok,
                  interval_s=policy.interval_s, failures=policy.failures, tick=lambda: session.tick(child),
                  reload=session.reload, completion=completion)

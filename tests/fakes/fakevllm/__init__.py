@@ -52,7 +52,10 @@ Scenario rules come from the JSON file in $FAKE_VLLM_SCENARIOS: a list of object
     engine_cleanup_s 0.3: how long the engine's orderly shutdown takes (the shm marker goes at its end)
     engine_dead_linger_s 0.5: how long a server with a dead engine answers 503/500 before it exits 0
     wedge_after_s   none: this long after serving began, completions never answer (they block until the
-                    process ends) while /health still answers 200
+                    process ends, counted as waiting) while /health still answers 200 and the token counter stays flat
+    completion_s    0: how long each completion holds one of the --max-num-seqs slots (default 256); the
+                    others wait. /metrics serves vllm:num_requests_running/_waiting and a climbing
+                    vllm:generation_tokens_total (tokens_per_s, 200, per running request), as vLLM 0.32 does
     progress_bar    none: {"before": regex, "steps": N (4), "interval_s": X (0.05)}: just before the first
                     replayed line matching the regex ("" or absent: before the first line), a tqdm bar
                     (`Loading safetensors checkpoint shards:  25% Completed | 1/4 [...]`) redrawn N+1 times

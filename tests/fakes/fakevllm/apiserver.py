@@ -157,7 +157,9 @@ class ApiServer:
         names = option(self.argv, "--served-model-name", None, many=True)
         served = names[0] if isinstance(names, list) and names else self.model
         max_model_len = int(text_option(self.argv, "--max-model-len", "2048"))
-        self.server = FakeServer(host, port, served, max_model_len, "--enable-log-requests" in self.argv)
+        self.server = FakeServer(host, port, served, max_model_len, "--enable-log-requests" in self.argv,
+                                 max_num_seqs=int(text_option(self.argv, "--max-num-seqs", "256")),
+                                 completion_s=self.sc.completion_s, tokens_per_s=self.sc.tokens_per_s)
 
     def replay(self) -> int | None:
         """Print the log with its timing scaled; an exit code when the run ends during it."""

@@ -97,6 +97,8 @@ class Scenario:
     release_delay_s: float
     progress_bar: ProgressBar | None
     download: Download | None
+    completion_s: float = 0.0
+    tokens_per_s: float = 200.0
 
     @classmethod
     def from_rule(cls, rule: dict[str, Any]) -> Scenario:
@@ -114,6 +116,7 @@ class Scenario:
             gpu_memory=parse_size(rule["gpu_memory"]) if rule.get("gpu_memory") is not None else None,
             release_delay_s=float(rule.get("release_delay_s", 0.0)),
             progress_bar=_progress_bar(rule.get("progress_bar")), download=_download(rule.get("download")),
+            completion_s=float(rule.get("completion_s", 0.0)), tokens_per_s=float(rule.get("tokens_per_s", 200.0)),
         )
 
     def lines(self) -> list[str]:

