@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from launcher.vllm.signatures import OK
@@ -15,6 +16,7 @@ class Score:
     right: Counter[str] = field(default_factory=Counter)
     wrong: dict[str, list[str]] = field(default_factory=dict)  # file → what is wrong
     false_failures: list[str] = field(default_factory=list)  # successful start-ups read as failures
+    missed: list[str] = field(default_factory=list)  # failures read as successful start-ups
 
     def add(self, log: RealLog) -> None:
         cls = log.expected["class"]
@@ -24,6 +26,8 @@ class Score:
             self.wrong[log.file] = problems
             if cls == OK and any(p.startswith("class ") for p in problems):
                 self.false_failures.append(log.file)
+            if cls != OK and any(p.startswith(f"class {OK} ") for p in problems):
+                self.missed.append(log.file)
         else:
             self.right[cls] += 1
 
@@ -37,8 +41,9 @@ class Score:
         return "\n".join(rows)
 
 
-def score() -> Score:
+def score(logs: Iterable[RealLog] | None = None) -> Score:
+    """Score the given logs (default: the whole corpus)."""
     result = Score()
-    for log in corpus():
+    for log in corpus() if logs is None else logs:
         result.add(log)
     return result
