@@ -4,7 +4,9 @@ Input: the corpus of real logs people posted (tests/data/logs/real/, INDEX.md th
 answers were read from each log and its thread. A successful start-up read as a failure is counted
 on its own line: the launcher would kill a server that works. The unit test requires 100 %.
 
-    .venv/bin/python benchmarks/diagnose_accuracy.py [--verbose]
+    .venv/bin/python benchmarks/diagnose_accuracy.py [--verbose] [--batch NAME]
+
+--batch NAME scores only the entries whose `batch:` is NAME (the logs added together).
 """
 
 from __future__ import annotations
@@ -16,14 +18,27 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.corpus import corpus  # noqa: E402
-from tests.corpus_score import score  # noqa: E402
+from tests.corpus_score import Score  # noqa: E402
 
 
 def main() -> int:
-    logs = corpus()
+    args = sys.argv[1:]
+    batch = None
+    if "--batch" in args:
+        at = args.index("--batch") + 1
+        if at >= len(args):
+            print("diagnose_accuracy.py: --batch needs a NAME, the `batch:` value of entries in index.yaml", file=sys.stderr)
+            return 2
+        batch = args[at]
+    logs = [log for log in corpus() if batch is None or log.expected.get("batch") == batch]
+    if not logs:
+        print(f"diagnose_accuracy.py: no entry of index.yaml has batch: {batch}", file=sys.stderr)
+        return 2
     sources = {log.source for log in logs}
-    print(f"real logs: {len(logs)} from {len(sources)} sources")
-    result = score()
+    print(f"real logs: {len(logs)} from {len(sources)} sources" + (f" (batch {batch})" if batch else ""))
+    result = Score()
+    for log in logs:
+        result.add(log)
     print(result.table())
     if "--verbose" in sys.argv[1:]:
         for file, problems in sorted(result.wrong.items()):
