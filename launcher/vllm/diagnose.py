@@ -79,7 +79,7 @@ _HINT_WINDOW = 80  # lines before the out-of-memory line whose frames still desc
 ACQUITTING = frozenset({"progress", "model_loading", "kv_tokens", "concurrency", "available_kv", "gpu_blocks",
                         "memory_budget", "server_starting", "startup_complete"})
 # Lines that show that a start-up happened at all (a pasted error without any of these is never `ok`).
-_STARTUP_EVIDENCE = ACQUITTING | {"request", "version"}
+_STARTUP_EVIDENCE = ACQUITTING | {"request", "serving", "version"}
 # An exception line, `[module.]TypeError: text`: the last line of a traceback.
 _EXCEPTION_FORM = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)\b")
 _TRACEBACK = "Traceback (most recent call last)"
@@ -118,6 +118,7 @@ class Diagnoser:
         self.last_progress_line = 0
         self.started = False  # any line that shows a start-up happened (version, progress, capacity, serving)
         self.errors = 0  # ERROR/CRITICAL records and exception lines seen
+        self.first_error: str | None = None  # the first ERROR/CRITICAL record, as its message
         self.confirmed: str | None = None  # what convicted the standing failure (None: only accused)
         self.acquitted: list[LogEvent] = []
         self.tracebacks: dict[str | None, int] = {}  # process prefix → line of its open traceback's header
@@ -164,6 +165,8 @@ class Diagnoser:
                 self.hints.append((self.lines, found.group(1) or found.group(2) or found.group(3)))
         if _TRACEBACK in line and len(line) < 4096:
             self.tracebacks[normalize(line)[0]] = self.lines
+        if ("ERROR" in line or "CRITICAL" in line) and not self.errors:
+            self.first_error = normalize(line[:4096])[2].strip()
         if "ERROR" in line or "CRITICAL" in line:
             self.errors += 1
         event = classify(line)
@@ -184,6 +187,8 @@ class Diagnoser:
         if kind == "failure":
             self._failure(event)
         elif kind == "exception":
+            if not self.errors:
+                self.first_error = event.message
             self.errors += 1
             self._ends_traceback(event)
             if "initialization failed" not in event.message:
@@ -191,7 +196,7 @@ class Diagnoser:
                 self.last_exception_line = self.lines
         elif kind == "shutdown":
             self.shutting_down = True
-        elif kind in ("server_starting", "startup_complete", "request"):
+        elif kind in ("server_starting", "startup_complete", "request", "serving"):
             self.serving = True
         elif kind == "progress":
             self.phase = str(event.values.get("phase", self.phase))
@@ -256,8 +261,7 @@ class Diagnoser:
                              warnings, "log_end")
         if self.errors and not self.started:
             # A pasted error with no sign of a start-up: nothing shows that this server ever worked.
-            return Diagnosis(UNKNOWN, None, "errors, and no sign that vLLM started", numbers, state, None, warnings,
-                             "no_startup")
+            return Diagnosis(UNKNOWN, None, self.first_error, numbers, state, None, warnings, "no_startup")
         return Diagnosis(OK, None, None, numbers, state, None, warnings)
 
     def _oom_phase(self) -> str | None:

@@ -125,7 +125,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Maximum concurrency for (?P<concurrency_len>[\d,]+) tokens per request: (?P<max_concurrency>[\d.]+)x",
          convert=_numbers(concurrency_len="int", max_concurrency="float")),
     _sig("gpu_blocks", " blocks: ",
-         r"^#? ?(?:GPU|cuda|[A-Za-z]+) blocks: (?P<gpu_blocks>\d+)(?:, # CPU blocks: (?P<cpu_blocks>\d+))?",
+         r"^\s*#? ?(?:GPU|cuda|[A-Za-z]+) blocks: (?P<gpu_blocks>\d+)(?:, # CPU blocks: (?P<cpu_blocks>\d+))?",
          convert=_numbers(gpu_blocks="int", cpu_blocks="int")),
     _sig("gpu_blocks", "num_gpu_blocks is:", r"num_gpu_blocks is: (?P<gpu_blocks>\d+)", convert=_numbers(gpu_blocks="int")),
     _sig("available_kv", "Available KV cache memory:", rf"Available KV cache memory: (?P<available_kv_gib>{_GIB}) GiB",
@@ -167,7 +167,11 @@ SIGNATURES: tuple[Signature, ...] = (
          convert=_numbers(utilization="float")),
     # ---- the version, and the engine's own view of its configuration
     _sig("version", "LLM engine", r"Initializing (?:a V[01] |an )LLM engine(?: \(v(?P<vllm_version>[^)\s]+)\))?"
-         r" with config(?:.*?max_seq_len=(?P<max_model_len>\d+))?", convert=_numbers(vllm_version="str", max_model_len="int")),
+         r"(?: with config(?:.*?max_seq_len=(?P<max_model_len>\d+))?|\s*$)",
+         convert=_numbers(vllm_version="str", max_model_len="int")),
+    # The same record pasted with its config wrapped over several lines: the length stands on one of them.
+    _sig("version", "max_seq_len=", r"^(?:dtype=\S+,? )?max_seq_len=(?P<max_model_len>\d+),",
+         convert=_numbers(max_model_len="int")),
     _sig("version", "server version", r"vLLM (?:API )?server version (?P<vllm_version>\S+?),?(?:\s|$)",
          convert=_numbers(vllm_version="str")),
     _sig("version", "version ", r"(?:[▄█▀]\s*)+version (?P<vllm_version>\d+\.\d+\.\d+\S*)\s*$",  # 0.15+ logo
@@ -190,6 +194,11 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("server_starting", "Uvicorn running on", r"^Uvicorn running on (?P<address>.+?)(?: \(Press CTRL\+C|$)",
          convert=_numbers(address="str")),
     _sig("startup_complete", "Application startup complete", r"^Application startup complete"),
+    # Lines only vLLM's request handling prints: a server that logs them is serving (their ERROR lines are
+    # one request's trouble, answered with a 4xx/5xx to that client).
+    _sig("serving", "request", r"^(?:Error in preprocessing prompt inputs|The following fields were present in "
+         r"the request but ignored|Error in extracting tool call from response)"),
+    _sig("serving", "Failed to extract tool call spec", r"^Failed to extract tool call spec"),
     _sig("shutdown", "hutting down", r"^(?:Shutting down FastAPI HTTP server|Shutting down$)"),
     _sig("shutdown", "shutdown triggered", r"\[shutdown\] API server: shutdown triggered"),
     # ---- start-up memory (GPU and CPU backend)
@@ -277,13 +286,15 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("failure", "gated", r"(?<!private or )[Gg]ated ?[Rr]epo|Access to model \S+ is restricted",
          CONFIG, "gated_repo", "specific"),
     _sig("failure", "Client Error", r"40[13] Client Error", CONFIG, "gated_repo", "specific"),
+    _sig("failure", "404 Client Error", r"404 Client Error: Not Found for url: \S+/(?:resolve|api/models)/", CONFIG,
+         "model_not_found", "specific"),
     _sig("failure", "Invalid repository ID", r"Invalid repository ID or local directory specified", CONFIG,
          "model_not_found", "specific"),
     _sig("failure", "Repo id must be", r"Repo id must be in the form", CONFIG, "model_not_found", "specific"),
     _sig("failure", "model identifier", r"is not a valid model identifier", CONFIG, "model_not_found", "specific"),
     _sig("failure", "couldn't connect to", r"We couldn't connect to '[^']*' to load the files", CONFIG,
          "model_not_found", "specific"),
-    _sig("failure", "not supported for now", r"Model architectures? \[[^\]]*\] (?:are|is) not supported", CONFIG,
+    _sig("failure", "not supported", r"Model architectures? \[[^\]]*\] (?:are|is) not supported", CONFIG,
          "unsupported_model", "specific"),
     _sig("failure", "does not recognize this architecture", r"does not recognize this architecture", CONFIG,
          "unsupported_model", "specific"),
@@ -308,6 +319,10 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("failure", "does not match the quantization method",
          r"Quantization method specified in the model config \(\S+\) does not match the quantization method",
          CONFIG, "bad_argument", "specific"),
+    _sig("failure", "Bfloat16 is only supported", r"Bfloat16 is only supported on GPUs with compute capability",
+         CONFIG, "bad_argument", "specific"),
+    _sig("failure", "Placement group bundle", r"Placement group bundle cannot have more than \d+ GPU", CONFIG,
+         "bad_argument", "specific"),
     _sig("failure", "No model specified", r"No model (?:specified|_tag specified)", CONFIG, "bad_argument", "specific"),
     # ---- engine death; ignored once a shutdown is under way. Anchored at the start of the message: an
     # exception type or vLLM's own sentence starts it, where text a client sent never stands.
@@ -322,7 +337,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("failure", "MQLLMEngine is already dead", r"^\s*MQLLMEngine is already dead", ENGINE_DEAD, fatal="specific"),
     _sig("failure", "NCCL", rf"{_ENGINE_EXC}\w*Error: NCCL error|ProcessGroupNCCL\S* .*watchdog thread terminated with "
          r"exception", ENGINE_DEAD, fatal="specific"),
-    _sig("failure", "rror", rf"{_ENGINE_EXC}\w*Error: CUDA error: (?:an illegal (?:memory access|instruction) was "
+    _sig("failure", "rror", rf"{_ENGINE_EXC}\w*Error: (?:Error in model execution: )?CUDA error: (?:an illegal (?:memory access|instruction) was "
          r"encountered|device-side assert triggered|unspecified launch failure)|^\s*Failed: Cuda error \S+ 'an illegal",
          ENGINE_DEAD, fatal="specific"),
     _sig("failure", "Got fatal signal", r"Got fatal signal from worker processes", ENGINE_DEAD, fatal="generic"),

@@ -14,6 +14,9 @@ RETRIED = ("(APIServer pid=1) ERROR 01-12 09:14:03 [repo_utils.py:126] Error ret
 LAST_TRY = ("(APIServer pid=1) ERROR 01-12 09:14:05 [repo_utils.py:124] Error retrieving safetensors: Repo id must be "
             "in the form 'repo_name' or 'namespace/repo_name': '/data/models/qwen3'. Use `repo_type` argument if "
             "needed.")
+# Hugging Face's answer to a lookup vLLM makes of the Hub, logged at ERROR (config/gated_repo when it is fatal).
+GATED = ("(APIServer pid=1) ERROR 01-12 09:14:05 [hub.py:40] 401 Client Error: Unauthorized for url: "
+         "https://huggingface.co/api/models/org/name/tree/main")
 LOADING = "(EngineCore_DP0 pid=2) INFO 01-12 09:14:09 [gpu_model_runner.py:2602] Starting to load model /data/models/qwen3..."
 KV = "(EngineCore_DP0 pid=2) INFO 01-12 09:14:40 [kv_cache_utils.py:1087] GPU KV cache size: 1,048,576 tokens"
 READY = "(APIServer pid=1) INFO:     Application startup complete."
@@ -37,24 +40,29 @@ def test_a_line_that_says_vllm_retries_accuses_nothing() -> None:
     assert not diagnoser.accused and not diagnoser.decided
 
 
+def test_an_error_vllm_swallows_accuses_nothing() -> None:
+    """try_get_safetensors_metadata returns None after its last try: the start-up goes on."""
+    assert not feed(LAST_TRY).accused
+    assert feed(LAST_TRY.replace("Error retrieving safetensors: ", "")).accused, "the same words elsewhere accuse"
+
+
 def test_an_error_line_alone_accuses_and_progress_acquits_it_as_a_warning() -> None:
-    diagnoser = feed(LAST_TRY)
+    diagnoser = feed(GATED)
     assert diagnoser.accused and not diagnoser.decided, "an ERROR line with no traceback is only a candidate"
-    assert diagnoser.failure is not None and diagnoser.failure.reason == "model_not_found"
+    assert diagnoser.failure is not None and diagnoser.failure.reason == "gated_repo"
     diagnoser.feed(LOADING)
     assert not diagnoser.accused
     diagnoser.feed(KV)
     diagnoser.feed(READY)
     diagnosis = diagnoser.diagnosis()
     assert diagnosis.cls == "ok"
-    assert len(diagnosis.warnings) == 1 and diagnosis.warnings[0].startswith("Error retrieving safetensors")
+    assert len(diagnosis.warnings) == 1 and diagnosis.warnings[0].startswith("401 Client Error")
     assert diagnosis.to_dict()["warnings"] == list(diagnosis.warnings)
 
 
-def test_the_whole_retried_start_up_is_ok_with_its_warning() -> None:
+def test_the_whole_retried_start_up_is_ok() -> None:
     diagnosis = diagnose_lines([RETRIED, LAST_TRY, LOADING, KV, READY])
-    assert (diagnosis.cls, diagnosis.numbers["kv_tokens"]) == ("ok", 1048576)
-    assert len(diagnosis.warnings) == 1
+    assert (diagnosis.cls, diagnosis.numbers["kv_tokens"], diagnosis.warnings) == ("ok", 1048576, ())
 
 
 def test_a_traceback_that_ends_in_the_failure_convicts_it_at_once() -> None:
@@ -72,12 +80,12 @@ def test_an_exception_line_ends_only_its_own_process_traceback() -> None:
 
 
 def test_the_engine_start_failure_line_after_a_candidate_convicts_it() -> None:
-    diagnoser = feed(LAST_TRY)
+    diagnoser = feed(GATED)
     assert diagnoser.accused
     diagnoser.feed("(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. "
                    "Failed core proc(s): {'EngineCore_DP0': 1}")
     assert diagnoser.decided and diagnoser.confirmed == "engine_start_failed"
-    assert diagnoser.diagnosis().reason == "model_not_found", "confirmation decides whether, not what"
+    assert diagnoser.diagnosis().reason == "gated_repo", "confirmation decides whether, not what"
 
 
 def test_a_sibling_ranks_progress_does_not_acquit_a_rank_that_failed() -> None:
@@ -89,7 +97,7 @@ def test_a_sibling_ranks_progress_does_not_acquit_a_rank_that_failed() -> None:
 
 
 def test_the_process_convicts_a_standing_line() -> None:
-    diagnoser = feed(LAST_TRY)
+    diagnoser = feed(GATED)
     diagnoser.convict("exit")
     assert diagnoser.decided and diagnoser.diagnosis().evidence == "exit"
     assert diagnoser.acquit() is None, "a convicted failure cannot be acquitted"
@@ -97,8 +105,8 @@ def test_the_process_convicts_a_standing_line() -> None:
 
 def test_a_log_that_ends_on_a_candidate_keeps_its_class() -> None:
     """Offline the log's end is the process's end: a one-line paste of a failure is that failure."""
-    diagnosis = diagnose_lines([LAST_TRY])
-    assert (diagnosis.cls, diagnosis.reason, diagnosis.evidence) == ("config", "model_not_found", "accused")
+    diagnosis = diagnose_lines([GATED])
+    assert (diagnosis.cls, diagnosis.reason, diagnosis.evidence) == ("config", "gated_repo", "accused")
 
 
 def test_a_pasted_error_without_any_start_up_is_never_ok() -> None:
