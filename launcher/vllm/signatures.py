@@ -337,8 +337,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("failure", "MQLLMEngine is already dead", r"^\s*MQLLMEngine is already dead", ENGINE_DEAD, fatal="specific"),
     _sig("failure", "NCCL", rf"{_ENGINE_EXC}\w*Error: NCCL error|ProcessGroupNCCL\S* .*watchdog thread terminated with "
          r"exception", ENGINE_DEAD, fatal="specific"),
-    _sig("failure", "rror", rf"{_ENGINE_EXC}\w*Error: (?:Error in model execution: )?CUDA error: (?:an illegal (?:memory access|instruction) was "
-         r"encountered|device-side assert triggered|unspecified launch failure)|^\s*Failed: Cuda error \S+ 'an illegal",
+    _sig("failure", "rror", rf"{_ENGINE_EXC}\w*Error: (?:Error in model execution: )?CUDA error: (?:an illegal "
+         r"(?:memory access|instruction) was encountered|device-side assert triggered|unspecified launch failure)"
+         r"|^\s*Failed: Cuda error \S+ 'an illegal",
          ENGINE_DEAD, fatal="specific"),
     _sig("failure", "Got fatal signal", r"Got fatal signal from worker processes", ENGINE_DEAD, fatal="generic"),
     # ---- generic start-up failure: the root cause is printed just before or just after
