@@ -126,10 +126,17 @@ def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> supe
         models=lambda: _models(plan, api_key),
         completion=(lambda: _completion(plan, api_key)) if prof.launcher.health.completion_probe else None)
     if session.worker:
-        # A headless rank serves no API: it is ready when its head answers, which vLLM's head only does once
-        # every rank has joined (plan.base_url is the head's).
-        check = dataclasses.replace(check, completion=None,
-                                    models=lambda: (child.popen.poll() is None, "the head serves the group", None))
+        # A headless rank serves no API: it is ready when its own vLLM says it joined the group (its place in
+        # the world, loading, its KV cache) and its head answers (plan.base_url is the head's). Something else
+        # answering on the head's port proves nothing about this rank.
+        def joined() -> tuple[bool, str, int | None]:
+            with child.pump.lock:
+                member = child.pump.diagnoser.joined
+            if not member:
+                return False, "this rank has not joined its group yet", None
+            return child.popen.poll() is None, "this rank joined the group and its head serves", None
+
+        check = dataclasses.replace(check, completion=None, models=joined)
     growth = progress.CacheGrowth(prof.model, {**session.environ, **prof.env})
     phases = progress.PhaseReporter(growth)
     session.download = growth

@@ -77,9 +77,11 @@ _FRAME = re.compile(r'File "[^"]*", line \d+, in (\w+)|processing method (\w+)|(
 _HINT_WINDOW = 80  # lines before the out-of-memory line whose frames still describe it
 # Lines that show the start-up moving on: a failure line read before one of these did not end it.
 ACQUITTING = frozenset({"progress", "model_loading", "kv_tokens", "concurrency", "available_kv", "gpu_blocks",
-                        "memory_budget", "server_starting", "startup_complete"})
+                        "memory_budget", "server_starting", "startup_complete", "joined"})
 # Lines that show that a start-up happened at all (a pasted error without any of these is never `ok`).
-_STARTUP_EVIDENCE = ACQUITTING | {"request", "serving", "version"}
+_STARTUP_EVIDENCE = ACQUITTING | {"request", "serving", "version", "joined"}
+# Lines a rank prints only inside an assembled group (vLLM forms the group before it loads the model).
+_JOINED = frozenset({"joined", "model_loading", "available_kv", "kv_tokens"})
 # An exception line, `[module.]TypeError: text`: the last line of a traceback.
 _EXCEPTION_FORM = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)\b")
 _TRACEBACK = "Traceback (most recent call last)"
@@ -122,6 +124,7 @@ class Diagnoser:
         self.confirmed: str | None = None  # what convicted the standing failure (None: only accused)
         self.acquitted: list[LogEvent] = []
         self.tracebacks: dict[str | None, int] = {}  # process prefix → line of its open traceback's header
+        self.joined = False  # this rank is part of an assembled group: its place in the world, or it loads
 
     @property
     def decided(self) -> bool:
@@ -202,6 +205,8 @@ class Diagnoser:
             self.phase = str(event.values.get("phase", self.phase))
         if kind in _STARTUP_EVIDENCE:
             self.started = True
+        if kind in _JOINED:
+            self.joined = True
         if kind in ACQUITTING and self.failure is not None and not _sibling_ranks(self.failure, event):
             self.acquit()
         if kind not in ("failure", "exception"):

@@ -176,6 +176,9 @@ SIGNATURES: tuple[Signature, ...] = (
          convert=_numbers(vllm_version="str")),
     _sig("version", "version ", r"(?:[▄█▀]\s*)+version (?P<vllm_version>\d+\.\d+\.\d+\S*)\s*$",  # 0.15+ logo
          convert=_numbers(vllm_version="str")),
+    # ---- a rank of a multi-node group: torch.distributed assembled the world (printed only once every rank came)
+    _sig("joined", "in world size", r"^rank (?P<rank>\d+) in world size (?P<world_size>\d+) is assigned as",
+         convert=_numbers(rank="int", world_size="int")),
     # ---- progress: the phase a start-up is in (a CUDA OOM's reason is the phase it happened in)
     _sig("progress", "Starting to load model", r"^Starting to load model", convert=lambda g: {"phase": "weights"}),
     _sig("progress", "checkpoint shards", r"Loading \S+ checkpoint shards:\s+(?P<percent>\d+)% Completed",

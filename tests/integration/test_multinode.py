@@ -5,8 +5,10 @@ and both ranks come back; SIGTERM on each leaves nothing."""
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
@@ -80,3 +82,38 @@ def test_a_rank_outside_the_group_is_refused(launch: Callable[..., Launcher], po
     lau = start(launch, tmp_path, two_ranks(port, free_port()), 2)
     assert 78 == lau.wait(20)
     assert [] == lau.argvs() and "node rank 2 is outside 0..1" in lau.output()
+
+
+def test_a_worker_is_not_ready_until_its_own_vllm_joined(launch: Callable[..., Launcher], port: int,
+                                                         tmp_path: Path) -> None:
+    """Something answers /health 200 on the head's address, but no head takes the rendezvous: the worker's
+    vLLM never joins a group, so the rank stays starting until launcher.startup_timeout and is never READY."""
+    stub = ThreadingHTTPServer(("127.0.0.1", port), _Healthy)
+    threading.Thread(target=stub.serve_forever, daemon=True).start()
+    try:
+        text = two_ranks(port, free_port()).replace("  stop_grace: 5s\n", "  stop_grace: 5s\n  startup_timeout: 3s\n"
+                                                    "  max_attempts: 1\n")
+        worker = start(launch, tmp_path, text, 1)
+        assert 75 == worker.wait(60)
+        assert readies(worker) == 0 and worker.notify is not None and "READY" not in worker.notify.kinds()
+        failed = worker.event("attempt.failed")
+        assert failed is not None and failed["outcome"] == "timed_out"
+        assert stub.hits, "the stub's /health was probed: it answered, and that was not enough"
+        assert "rank 1 in world size 2" not in (worker.tmp / "vllm.log").read_text(), "the fake never joined"
+    finally:
+        stub.shutdown()
+        stub.server_close()
+
+
+class _Healthy(BaseHTTPRequestHandler):
+    """A stranger on the head's port that answers every GET with 200."""
+
+    def do_GET(self) -> None:
+        self.server.hits = getattr(self.server, "hits", 0) + 1  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, format: str, *args: object) -> None:
+        return

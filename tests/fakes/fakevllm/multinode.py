@@ -3,13 +3,15 @@ the workers), as far as a supervisor sees it.
 
 The head (rank 0) listens on the master port and serves only once the other N-1 ranks have connected (the
 world is assembled); a worker connection that drops while serving is a dead engine on the head (its
-collective calls fail): EngineDeadError, exit 0. A headless worker prints vLLM's headless line, starts its
-engine process, connects to the head (retrying while the head starts), and exits 1 with a connection error
+collective calls fail): EngineDeadError, exit 0. A headless worker prints vLLM's headless line (or its log up
+to the rank's place in the world), starts its engine process, connects to the head (retrying while the head
+starts), prints the rest of its log (loading, KV cache) once connected, and exits 1 with a connection error
 when the head goes away; SIGTERM ends it with 0.
 """
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import threading
@@ -23,6 +25,9 @@ HEADLESS_LINE = ("INFO 12-01 10:00:00 [serve.py:224] Launching vLLM (v0.32.0) he
 # No real capture of a worker that lost its head yet: this line has the shape of gloo's error in vLLM's log.
 LOST_LINE = ("(Worker pid={pid}) ERROR 12-01 10:00:00 [multiproc_executor.py:671] RuntimeError: [gloo] Connection "
              "closed by peer [{addr}]:{port}")
+
+
+JOINED = re.compile(r"rank \d+ in world size \d+ is assigned as|Starting to load model|Loading weights took")
 
 
 def nodes(argv: list[str]) -> int:
@@ -81,7 +86,11 @@ def headless(argv: list[str], lines: list[str], start_engine: object, stop_engin
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     addr, port = address(argv)
-    for line in lines or [HEADLESS_LINE.format(addr=addr, port=port)]:
+    lines = lines or [HEADLESS_LINE.format(addr=addr, port=port)]
+    # vLLM prints a rank's place in the world, and then loads, only once torch.distributed has assembled
+    # the group at the head's address: the lines from there on wait for the connection.
+    joined_at = next((i for i, line in enumerate(lines) if JOINED.search(line)), len(lines))
+    for line in lines[:joined_at]:
         emit(line)
     start_engine()  # type: ignore[operator]
     link: socket.socket | None = None
@@ -93,6 +102,8 @@ def headless(argv: list[str], lines: list[str], start_engine: object, stop_engin
     if link is not None:
         mark("worker_joined")
         link.settimeout(0.2)
+        for line in lines[joined_at:]:
+            emit(line)
     while not stopping.is_set() and link is not None:
         try:
             if link.recv(64) == b"":
