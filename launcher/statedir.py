@@ -7,6 +7,7 @@ $XDG_STATE_HOME/vllm-launch (~/.local/state/vllm-launch), one folder per profile
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -46,10 +47,13 @@ def ensure_state_dirs(root: Path, profile_name: str) -> Path:
     link there could make the daemon (maybe root) write through it. Returns the profile's directory."""
     directory = root / profile_name
     for path in (root, directory, root / "ports"):
+        with contextlib.suppress(OSError):  # a failure is ensure_writable_dir's to report
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if path.is_symlink() or path.exists():  # checked before anything is written into it
+            # The root is wherever the environment points (a link there is the admin's choice); below it, ours.
+            check_private_dir(path, "the state directory", follow=path == root)
         ensure_writable_dir(path, "the state directory", "set VLLM_LAUNCH_STATE_DIR to a writable directory "
                             "(under systemd, StateDirectory= provides one)")
-        # The root is wherever the environment points (a link there is the admin's choice); below it, ours.
-        check_private_dir(path, "the state directory", follow=path == root)
     return directory
 
 

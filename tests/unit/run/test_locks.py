@@ -119,6 +119,8 @@ class TestStateDirectory:
         line = expected.format(dir=refused, uid=os.geteuid())
         assert f"the state directory {refused} {line}" in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
+        if case == "linked profile":
+            assert [] == list((tmp_path / "elsewhere").iterdir()), "nothing is written through the link"
 
     def test_a_private_directory_is_created_0700(self, tmp_path: Path) -> None:
         done = self.up(tmp_path, tmp_path / "fresh" / "state")
