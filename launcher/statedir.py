@@ -7,8 +7,10 @@ $XDG_STATE_HOME/vllm-launch (~/.local/state/vllm-launch), one folder per profile
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,12 +33,46 @@ def ensure_writable_dir(directory: Path, what: str, fix: str) -> None:
     """Create `directory` and prove a file can be made in it, or raise ConfigError naming it and the fix:
     found at start (exit 78), not as a traceback on the first write."""
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=directory, prefix=".write-test.")
         os.close(fd)
         Path(probe).unlink()
     except OSError as exc:
         raise ConfigError(f"{what} {directory} is not writable ({exc.strerror or exc}); {fix}") from None
+
+
+def ensure_state_dirs(root: Path, profile_name: str) -> Path:
+    """The state directory of `profile_name` (and `ports`, the port locks), created 0700, writable, and
+    trusted only when it is this user's and nobody else can write it: anyone who can plant a file or a
+    link there could make the daemon (maybe root) write through it. Returns the profile's directory."""
+    directory = root / profile_name
+    for path in (root, directory, root / "ports"):
+        with contextlib.suppress(OSError):  # a failure is ensure_writable_dir's to report
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if path.is_symlink() or path.exists():  # checked before anything is written into it
+            # The root is wherever the environment points (a link there is the admin's choice); below it, ours.
+            check_private_dir(path, "the state directory", follow=path == root)
+        ensure_writable_dir(path, "the state directory", "set VLLM_LAUNCH_STATE_DIR to a writable directory "
+                            "(under systemd, StateDirectory= provides one)")
+    return directory
+
+
+def check_private_dir(directory: Path, what: str, *, follow: bool) -> None:
+    """Refuse a link (unless `follow`), another user's directory, or one that group or others can write."""
+    try:
+        st = directory.stat() if follow else directory.lstat()
+    except OSError as exc:
+        raise ConfigError(f"{what} {directory} cannot be read ({exc.strerror or exc}); fix its permissions") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise ConfigError(f"{what} {directory} is a symbolic link, which vllm-launch does not follow there; remove "
+                          f"it (`rm {directory}`) and start again")
+    uid = os.geteuid()
+    if st.st_uid != uid:
+        raise ConfigError(f"{what} {directory} is owned by uid {st.st_uid}, not by this user (uid {uid}); "
+                          f"`chown {uid} {directory}` or set VLLM_LAUNCH_STATE_DIR to a directory of yours")
+    if st.st_mode & 0o022:
+        raise ConfigError(f"{what} {directory} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}); "
+                          f"`chmod go-w {directory}`")
 
 
 def write_text_atomic(path: Path, text: str, mode: int = 0o600) -> None:

@@ -166,10 +166,11 @@ def leftovers(state_pids: Sequence[int], *, process_iter: ProcessIter | None = N
               uid: int | None = None, own_pid: int | None = None) -> tuple[LocalProcess, ...]:
     """Our processes that outlived their launcher: those in our state, and orphaned `VLLM::` ones.
 
-    vLLM renames its processes (`VLLM::EngineCore`, `VLLM::Worker_TP0`); one whose parent is
-    gone (re-parented to init, or to us as subreaper) belongs to no running `vllm serve`. A
-    `VLLM::` process with a live parent is someone's running server, maybe another profile's,
-    and is not a leftover. Only this user's processes are considered.
+    vLLM names its processes (`VLLM::EngineCore`, `VLLM::Worker_TP0`, `VLLM::APIServer_0`); one that no
+    live vLLM server owns (its parent is neither `vllm serve` nor a `VLLM::` process that one owns)
+    belongs to no running server, whoever adopted it: init, our daemon as subreaper, `systemd --user`,
+    `tini -s`. A `VLLM::` process under a live server is someone's running server, maybe another
+    profile's, and is not a leftover. Only this user's processes are considered.
     """
     try:
         import psutil
@@ -180,29 +181,37 @@ def leftovers(state_pids: Sequence[int], *, process_iter: ProcessIter | None = N
     own_pid = os.getpid() if own_pid is None else own_pid
     found: dict[int, LocalProcess] = {}
     vllm: dict[int, tuple[str, int]] = {}  # pid → (name, ppid)
-    alive: set[int] = set()
+    servers: set[int] = set()  # live `vllm serve` API servers, of any user
     try:
-        for proc in process_iter(["pid", "name", "ppid", "uids", "status"]):
+        for proc in process_iter(["pid", "name", "ppid", "uids", "status", "cmdline"]):
             info = proc.info
             if info.get("status") == "zombie":
                 continue
-            alive.add(info["pid"])
+            name = info.get("name") or ""
+            if is_vllm_server(info.get("cmdline") or ()):
+                servers.add(info["pid"])
             uids = info.get("uids")
             if uids is None or uids.real != uid or info["pid"] == own_pid:
                 continue
-            name = info.get("name") or ""
             if info["pid"] in state_pids:
                 found[info["pid"]] = LocalProcess(info["pid"], name, "recorded in state")
             if name.startswith("VLLM::"):
                 vllm[info["pid"]] = (name, info.get("ppid") or 0)
     except (OSError, psutil.Error):
         return tuple(found.values())
-    orphans = {pid for pid, (_, ppid) in vllm.items() if ppid in (0, 1, own_pid) or ppid not in alive}
+    owned = {pid for pid, (_, ppid) in vllm.items() if ppid in servers}
     grew = True
-    while grew:  # workers of an orphaned EngineCore are leftovers too
-        more = {pid for pid, (_, ppid) in vllm.items() if ppid in orphans and pid not in orphans}
-        orphans |= more
+    while grew:  # an engine's workers, an API server process's engine: owned through their parent
+        more = {pid for pid, (_, ppid) in vllm.items() if ppid in owned and pid not in owned}
+        owned |= more
         grew = bool(more)
-    for pid in sorted(orphans):
+    for pid in sorted(set(vllm) - owned):
         found.setdefault(pid, LocalProcess(pid, vllm[pid][0], "orphaned VLLM:: process"))
     return tuple(sorted(found.values(), key=lambda p: p.pid))
+
+
+def is_vllm_server(cmdline: Sequence[str]) -> bool:
+    """`vllm serve …` (the console script) or `python -m vllm.entrypoints…`: vLLM's API server, untitled."""
+    args = list(cmdline)
+    return any(Path(arg).name == "vllm" and args[i + 1:i + 2] == ["serve"] for i, arg in enumerate(args)) or \
+        any(arg.startswith("vllm.entrypoints") for arg in args)

@@ -25,7 +25,7 @@ from launcher.config.profile import FlagValue, Profile
 from launcher.errors import EX_OK, ConfigError, LauncherError, UsageError
 from launcher.run import container, logs, metrics, prelaunch, serving, startup, state, supervisor
 from launcher.run.session import Session, Stopped, describe_overrides
-from launcher.statedir import ensure_writable_dir
+from launcher.statedir import ensure_state_dirs, ensure_writable_dir
 from launcher.vllm import install
 from launcher.vllm.versions import semantics
 
@@ -87,9 +87,7 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
     """Hold the profile's locks and state for the whole run; every way out stops the child."""
     environ = dict(os.environ)
     root = state.state_root(environ)
-    directory = root / profile.name
-    ensure_writable_dir(directory, "the state directory", "set VLLM_LAUNCH_STATE_DIR to a writable directory "
-                        "(under systemd, StateDirectory= provides one)")
+    directory = ensure_state_dirs(root, profile.name)
     if profile.launcher.log_file is not None:
         ensure_writable_dir(profile.launcher.log_file.parent, "launcher.log_file's directory",
                             "fix its permissions or point log_file somewhere writable")

@@ -6,8 +6,11 @@ A full pipe would block vLLM, and a full disk must not: the pump never stops rea
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import queue
 import re
+import stat
 import threading
 import time
 from collections import deque
@@ -16,6 +19,7 @@ from typing import IO
 
 import structlog
 
+from launcher.errors import ConfigError
 from launcher.run import logs
 from launcher.vllm.diagnose import Diagnoser, Diagnosis
 from launcher.vllm.signatures import LogEvent
@@ -38,23 +42,43 @@ _NOTABLE = frozenset({"failure", "kv_tokens", "concurrency", "available_kv", "mo
 
 
 class RotatingFile:
-    """vLLM's log on disk, size-capped: `log` → `log.1` … `log.N` when it grows past max_bytes."""
+    """vLLM's log on disk, size-capped in bytes: `log` → `log.1` … `log.N` when it grows past max_bytes.
+
+    With request logging vLLM writes prompts into it: a file we create is 0600 whatever the umask, one
+    that others could read loses their bits, and a symbolic link at its path is never followed (as root,
+    a planted link would make us write over whatever it points to)."""
 
     def __init__(self, path: Path, max_bytes: int, backups: int) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self.backups = backups
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.handle: IO[str] = path.open("a", encoding="utf-8")
+        try:
+            self.handle = self._open()
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ConfigError(f"launcher.log_file {path} is a symbolic link, which vllm-launch does not follow; "
+                                  "remove it or point log_file at the real file") from None
+            raise
         self.size = self.handle.tell()
 
+    def _open(self) -> IO[bytes]:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with contextlib.suppress(OSError):  # an older file, maybe 0644: others lose their read bit
+            mode = os.fstat(fd).st_mode
+            if mode & 0o007:
+                os.fchmod(fd, stat.S_IMODE(mode) & 0o770)
+        handle = os.fdopen(fd, "ab")
+        handle.seek(0, os.SEEK_END)
+        return handle
+
     def write(self, line: str) -> None:
-        text = line + "\n"
-        if self.max_bytes and self.size + len(text) > self.max_bytes:
+        data = (line + "\n").encode("utf-8", errors="replace")
+        if self.max_bytes and self.size + len(data) > self.max_bytes:
             self._rotate()
-        self.handle.write(text)
+        self.handle.write(data)
         self.handle.flush()
-        self.size += len(text)
+        self.size += len(data)
 
     def _rotate(self) -> None:
         self.handle.close()
@@ -66,13 +90,13 @@ class RotatingFile:
             self.path.replace(self.path.with_name(f"{self.path.name}.1"))
         else:
             self.path.unlink(missing_ok=True)
-        self.handle = self.path.open("a", encoding="utf-8")
+        self.handle = self._open()
         self.size = 0
 
     def reopen(self) -> None:
         self.close()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.handle = self.path.open("a", encoding="utf-8")
+        self.handle = self._open()
         self.size = self.handle.tell()
 
     def close(self) -> None:

@@ -61,6 +61,25 @@ def tree(pid: int) -> list[psutil.Process]:
         return []
 
 
+def adopted(leader: int, since: float) -> list[psutil.Process]:
+    """Our own children, other than vLLM's `leader`, started since it did (`since`: processes.start_time),
+    with their descendants. While vLLM runs the daemon starts no lasting process of its own, and as
+    subreaper it inherits whatever vLLM's tree orphans: a descendant that double-forked and called setsid
+    has left both the tree and the session, and only this finds it."""
+    try:
+        children = psutil.Process().children()
+    except psutil.Error:
+        return []
+    found = []
+    for proc in children:
+        if proc.pid == leader:
+            continue
+        with contextlib.suppress(psutil.Error):
+            if proc.status() != psutil.STATUS_ZOMBIE and start_time(proc) >= since:
+                found += [proc, *proc.children(recursive=True)]
+    return found
+
+
 def in_session(sid: int) -> list[psutil.Process]:
     """Every live process of the child's session (its group leader started it with setsid)."""
     found = []

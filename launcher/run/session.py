@@ -34,6 +34,8 @@ from launcher.vllm.versions import VersionSemantics
 log = structlog.get_logger("vllm_launch")
 
 EXTEND_EVERY_S = 10.0
+# How often the tree of a running vLLM is walked for processes new to us (a walk reads all of /proc).
+REMEMBER_EVERY_S = 1.0
 
 
 class Stopped(Exception):
@@ -78,6 +80,7 @@ class Session:
     restarts: list[float] = field(default_factory=list)
     child: supervisor.Child | None = None
     serving: bool = False
+    last_remember: float = 0.0
     last_extend: float = 0.0
     last_watchdog: float = 0.0
     same_flags_retries: int = 0
@@ -107,7 +110,20 @@ class Session:
             self.last_extend = now
             self.notify(EXTEND_TIMEOUT_USEC=int(self.profile.launcher.startup_stall_s * 1_000_000))
         self.ping_watchdog()
-        reap_orphans(child.popen)
+        reaped = reap_orphans(child.popen)
+        if reaped:
+            log.info("child.reaped", pids=reaped)
+        if now - self.last_remember >= REMEMBER_EVERY_S:
+            self.last_remember = now
+            self.remember(child)
+
+    def remember(self, child: supervisor.Child) -> None:
+        """Every process of vLLM's tree, and every one of it the daemon adopted as subreaper, goes on record
+        (state.json too: should the daemon die, the next `up` or `down` stops them)."""
+        child.remember_descendants()
+        if len(child.known) > child.on_record:
+            child.on_record = len(child.known)
+            self.store.update(child=supervisor.describe(child))
 
     def ping_watchdog(self) -> None:
         """WATCHDOG=1 at half systemd's interval, from every wait of the run (not only the serving loop)."""

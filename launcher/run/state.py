@@ -8,22 +8,23 @@ profile. Files are written atomically with mode 0600 and never hold a secret.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import structlog
 
-from launcher.errors import EX_OK, LockHeld, TransientFailure
+from launcher.errors import EX_OK, TransientFailure
+from launcher.run import locks
+from launcher.run.locks import acquire_lock, held_locks, lock_holder, release_lock
 from launcher.statedir import read_json, state_root, write_json_atomic
 
-__all__ = ["StateStore", "read_json", "state_root", "write_json_atomic"]
+__all__ = ["StateStore", "acquire_lock", "held_locks", "lock_holder", "read_json", "release_lock", "state_root",
+           "write_json_atomic"]
 
 
 log = structlog.get_logger("vllm_launch")
@@ -76,38 +77,6 @@ class StateStore:
             cls = str(decision.get("class", "unknown"))
             counts[cls] = counts.get(cls, 0) + 1
         self.update()
-
-
-# --------------------------------------------------------------------------- locks
-
-
-@dataclass
-class Lock:
-    path: Path
-    handle: IO[str]
-
-
-def acquire_lock(path: Path, what: str, fix: str) -> Lock:
-    """An exclusive flock held for the daemon's life; a second holder gets LockHeld with our PID."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = path.open("a+")
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "unknown"
-        handle.close()
-        raise LockHeld(f"{what} is already held by vllm-launch PID {holder} ({path}); {fix}") from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(str(os.getpid()))
-    handle.flush()
-    return Lock(path, handle)
-
-
-def release_lock(lock: Lock) -> None:
-    with contextlib.suppress(OSError):
-        lock.handle.close()
 
 
 # --------------------------------------------------------------------------- last-known-good
@@ -228,7 +197,7 @@ def down_command(profile: str, timeout: float = 120.0, environ: Mapping[str, str
     if holder <= 0:  # never os.kill(-1, …): that is every process we may signal
         raise TransientFailure(f"the lock of {name} is held but names no PID ({directory / 'lock'}); stop its "
                                "daemon through its service manager (systemctl stop vllm-launch@NAME)")
-    os.kill(holder, signal.SIGTERM)
+    _signal_our_daemon(name, directory / "lock", holder)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if lock_holder(directory / "lock") is None:
@@ -239,20 +208,25 @@ def down_command(profile: str, timeout: float = 120.0, environ: Mapping[str, str
                            f"{name}` and its log")
 
 
-def lock_holder(path: Path) -> int | None:
-    """The PID holding this flock, or None when nobody holds it (the lock, not a PID file, is the truth)."""
+def _signal_our_daemon(name: str, lock: Path, pid: int) -> None:
+    """SIGTERM `pid` only if it is this profile's `vllm-launch up` (locks.not_our_daemon), through a pidfd:
+    checked and signalled as one process, even if it exits and its PID is reused in between."""
     try:
-        handle = path.open("r")
-    except OSError:
-        return None
-    with handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            text = handle.read().strip()
-            return int(text) if text.isdigit() else -1
-        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-        return None
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return  # gone already: the wait below sees the lock free
+    try:
+        if locks.lock_holder(lock) != pid:
+            return  # it let go of the lock meanwhile: the wait below sees whether anyone holds it now
+        why = locks.not_our_daemon(lock, pid)
+        if why is not None:
+            raise TransientFailure(f"{name}: the lock {lock} is held by PID {pid}, which is not this profile's "
+                                   f"`vllm-launch up` ({why}); nothing was signalled: see what it is with "
+                                   f"`ps -o pid,lstart,args -p {pid}`")
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(pidfd, signal.SIGTERM)
+    finally:
+        os.close(pidfd)
 
 
 def _stop_recorded_children(data: Any) -> list[str]:
@@ -263,22 +237,3 @@ def _stop_recorded_children(data: Any) -> list[str]:
     names = [f"{p.pid} {processes.name_of(p)}" for p in alive]
     stuck = processes.kill_processes(alive)
     return [n for n in names if n not in stuck] + [f"{n} (could not be stopped)" for n in stuck]
-
-
-@contextlib.contextmanager
-def held_locks(directory: Path, profile_name: str, port: int | None, root: Path) -> Iterator[None]:
-    """The profile lock and the port lock (none for a headless worker rank), for as long as the daemon runs."""
-    profile_lock = acquire_lock(directory / "lock", f"profile {profile_name}",
-                                f"stop it with `vllm-launch down {profile_name}`")
-    try:
-        port_lock = None if port is None else acquire_lock(
-            root / "ports" / f"{port}.lock", f"port {port}", "give this profile another vllm.port or stop the other daemon")
-    except BaseException:
-        release_lock(profile_lock)
-        raise
-    try:
-        yield
-    finally:
-        if port_lock is not None:
-            release_lock(port_lock)
-        release_lock(profile_lock)

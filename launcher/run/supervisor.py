@@ -20,11 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
+import structlog
 
 from launcher.run.logpump import LogPump, RotatingFile
-from launcher.run.processes import boot_id, in_session, name_of, reap_orphans, remembered, start_time, tree
+from launcher.run.processes import adopted, boot_id, in_session, name_of, reap_orphans, remembered, start_time, tree
 from launcher.vllm.command import CHILD_ENV, Plan
 from launcher.vllm.diagnose import Diagnoser, Diagnosis
+
+log = structlog.get_logger("vllm_launch")
 
 # A failed attempt has nothing to drain: it gets a short grace before the group is killed.
 FAILED_ATTEMPT_GRACE_S = 0.3
@@ -45,6 +48,8 @@ class Child:
     started: float
     start_time: float  # seconds after boot (processes.start_time): immune to clock steps
     known: dict[int, float] = field(default_factory=dict)  # pid → start_time of every descendant seen
+    adopted_pids: set[int] = field(default_factory=set)  # of those, the ones the daemon adopted (a double fork)
+    on_record: int = 0  # how many of `known` state.json holds
 
     @property
     def pid(self) -> int:
@@ -55,10 +60,18 @@ class Child:
         return self.popen.pid  # start_new_session: the leader's pid is the group and session id
 
     def remember_descendants(self) -> None:
-        """Snapshot the tree now, so a process that later escapes the group is still stopped."""
+        """Snapshot the tree, and what the daemon adopted from it, so that a process that later escapes the
+        group, or left the tree by a double fork, is still stopped."""
         for proc in tree(self.pid):
             with contextlib.suppress(psutil.Error):
                 self.known.setdefault(proc.pid, start_time(proc))
+        for proc in adopted(self.pid, self.start_time):
+            with contextlib.suppress(psutil.Error):
+                self.known.setdefault(proc.pid, start_time(proc))
+                if proc.pid not in self.adopted_pids:
+                    self.adopted_pids.add(proc.pid)
+                    log.info("child.adopted", pid=proc.pid, name=name_of(proc),
+                             why="it left vLLM's process tree (a double fork); it is stopped with the tree")
 
 
 @dataclass(frozen=True, slots=True)

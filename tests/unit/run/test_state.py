@@ -15,18 +15,22 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import EX_CONFIG, LockHeld, TransientFailure
-from launcher.run import processes, state
+from launcher.run import locks, processes, state
 from tests.conftest import ROOT
 
 
 @contextlib.contextmanager
 def holding_lock(path: Path, *, ignore_sigterm: bool = False) -> Iterator[subprocess.Popen[str]]:
-    """Another process that holds the flock at `path` (and, if asked, ignores SIGTERM) until the block ends."""
+    """Another `vllm-launch up` that holds the lock at `path` (and, if asked, ignores SIGTERM) until the
+    block ends (`down` signals only a process that runs as one)."""
     ignore = "signal.signal(signal.SIGTERM, signal.SIG_IGN); " if ignore_sigterm else ""
     code = (f"import signal, sys, time, pathlib; sys.path.insert(0, {str(ROOT)!r}); {ignore}"
             f"from launcher.run import state; lock = state.acquire_lock(pathlib.Path({str(path)!r}), 'x', 'y'); "
             "print('held', flush=True); time.sleep(30)")
-    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    script = path.parent / "bin" / "vllm-launch"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(code)
+    holder = subprocess.Popen([sys.executable, str(script), "up", "qwen3"], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and "held" == holder.stdout.readline().strip()
         yield holder
@@ -66,7 +70,8 @@ class TestLocks:
             assert EX_CONFIG == caught.value.exit_code
             assert f"PID {holder.pid}" in str(caught.value)
         lock = state.acquire_lock(path, "profile qwen3", "fix")  # free again once the holder is gone
-        assert str(os.getpid()) == path.read_text()
+        pid, ticks, boot = path.read_text().split()  # who holds it, as `down` checks it
+        assert (pid, ticks, boot) == (str(os.getpid()), str(locks.start_ticks(os.getpid())), processes.boot_id())
         state.release_lock(lock)
 
 
@@ -135,7 +140,7 @@ class TestDownIsSafe:
             with pytest.raises(TransientFailure) as caught:
                 state.down_command("qwen3", timeout=0.5, environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
             assert 75 == caught.value.exit_code
-            assert f"PID {holder.pid}" in str(caught.value)
+            assert f"vllm-launch PID {holder.pid} did not exit" in str(caught.value)
 
 def test_state_writes_reach_the_disk_before_the_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A power cut after the rename must not leave an empty state.json: the data is fsync'd first."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
 import threading
@@ -9,8 +11,10 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from launcher.config.load import loads
+from launcher.errors import ConfigError
 from launcher.run import logpump, processes, readiness, supervisor
 from launcher.vllm import command
 from tests.integration.harness import poll_for
@@ -45,6 +49,41 @@ class TestRotatingFile:
         assert ["vllm.log", "vllm.log.1", "vllm.log.2"] == names
         assert (tmp_path / "vllm.log").stat().st_size <= 100
         assert "line 29" in (tmp_path / "vllm.log").read_text()
+
+    def test_the_cap_counts_bytes_not_characters(self, tmp_path: Path) -> None:
+        """Invalid UTF-8 reaches the file as U+FFFD, three bytes for each character: the cap is in bytes."""
+        sink = logpump.RotatingFile(tmp_path / "vllm.log", max_bytes=100, backups=2)
+        for _ in range(30):
+            sink.write("\ufffd" * 20)  # 61 bytes a line with its newline
+        sink.close()
+        sizes = {p.name: p.stat().st_size for p in tmp_path.iterdir()}
+        assert ["vllm.log", "vllm.log.1", "vllm.log.2"] == sorted(sizes)
+        assert all(size <= 100 for size in sizes.values()), sizes
+
+    def test_the_log_is_created_private_and_never_through_a_link(self, tmp_path: Path) -> None:
+        """Request logging can put prompts into vllm.log: it is created 0600 whatever the umask, and a
+        symbolic link planted at its path is refused with its name, its target left untouched."""
+        old_umask = os.umask(0o022)
+        try:
+            sink = logpump.RotatingFile(tmp_path / "vllm.log", max_bytes=50, backups=1)
+            for i in range(5):
+                sink.write(f"line {i} " + "x" * 20)  # rotates: the fresh file after it is private too
+            sink.close()
+        finally:
+            os.umask(old_umask)
+        assert {0o600} == {stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
+        older = tmp_path / "older.log"  # written 0644 by an earlier version: others lose their read bit
+        older.write_text("old line\n")
+        older.chmod(0o644)
+        logpump.RotatingFile(older, max_bytes=50, backups=1).close()
+        assert 0o640 == stat.S_IMODE(older.stat().st_mode)
+        target = tmp_path / "precious"
+        target.write_text("keep me\n")
+        (tmp_path / "linked.log").symlink_to(target)
+        with pytest.raises(ConfigError) as caught:
+            logpump.RotatingFile(tmp_path / "linked.log", max_bytes=50, backups=1)
+        assert f"launcher.log_file {tmp_path / 'linked.log'}" in str(caught.value)
+        assert "keep me\n" == target.read_text()
 
 
 class TestChild:
