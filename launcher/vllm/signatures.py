@@ -205,6 +205,12 @@ SIGNATURES: tuple[Signature, ...] = (
          rf"desired CPU memory utilization \((?P<utilization>[\d.]+), (?P<requested_gib>{_GIB}) GiB\)",
          STARTUP_MEMORY, "free_below_utilization", "specific",
          _numbers(free_gib="float", total_gib="float", utilization="float", requested_gib="float")),
+    _sig("failure", "on kv cache allocation is less than requested memory",  # CPU backend, 0.31+
+         rf"Available memory on node \d+ {_FREE} on kv cache allocation is less than requested memory for kv",
+         STARTUP_MEMORY, "free_below_utilization", "specific", _numbers(free_gib="float", total_gib="float")),
+    _sig("failure", "Externally held weights on device",
+         rf"Externally held weights on device(?: \S+)? {_FREE} exceed the desired GPU memory utilization",
+         STARTUP_MEMORY, "free_below_utilization", "specific"),
     _sig("failure", "warming up", r"CUDA out of memory occurred when warming up (?:sampler|pooler)",
          STARTUP_MEMORY, "sampler_warmup", "specific"),
     _sig("failure", "not enough GPU memory", r"Failed to load model - not enough GPU memory", STARTUP_MEMORY,
@@ -222,6 +228,8 @@ SIGNATURES: tuple[Signature, ...] = (
          fatal="specific"),
     _sig("failure", "FP8 KV cache", r"FP8 KV cache is not supported by|with FP8 KV cache not yet supported"
          r"|FlashAttention V1 with FP8 KV cache", FP8_UNSUPPORTED, fatal="specific"),
+    _sig("failure", "is not supported by", r"--kv-cache-dtype \S+ is not supported by (?:the CPU attention backend"
+         r"|MLA attention on CPU)", FP8_UNSUPPORTED, fatal="specific"),
     _sig("failure", "kv_cache_dtype not supported", r"kv_cache_dtype not supported", FP8_UNSUPPORTED, fatal="specific"),
     # ---- KV cache too small for the context; a wrapped paste keeps its numbers on the next lines
     _sig("failure", "max seq len",
@@ -247,6 +255,8 @@ SIGNATURES: tuple[Signature, ...] = (
     # ---- no room at all for KV
     _sig("failure", "No available memory for the cache blocks", r"No available memory for the cache blocks",
          NO_CACHE_BLOCKS, fatal="specific"),
+    _sig("failure", "leaving none for the KV cache", r"^\s*(?:\w+: )?The worker already uses [\d.]+ GiB .*leaving none "
+         r"for the KV cache", NO_CACHE_BLOCKS, fatal="specific"),
     _sig("failure", "Cannot auto-fit max_model_len", r"Cannot auto-fit max_model_len", NO_CACHE_BLOCKS, fatal="specific"),
     # ---- configuration: never retried
     _sig("failure", "invalid tool call parser",
@@ -256,10 +266,15 @@ SIGNATURES: tuple[Signature, ...] = (
          r"error: argument --tool-call-parser: invalid choice: '(?P<name>[^']+)' \(choose from (?P<valid>[^)]*)\)?",
          CONFIG, "tool_parser", "specific",
          lambda g: _tool_parser({"name": g.get("name"), "valid": (g.get("valid") or "").replace("'", "")})),
+    _sig("failure", "which has not been registered",
+         r"--enable-auto-tool-choice requires tool_parser:'(?P<name>[^']+)' which has not been registered",
+         CONFIG, "tool_parser", "specific", _tool_parser),
     _sig("failure", "requires --tool-call-parser", r"--enable-auto-tool-choice requires --tool-call-parser",
          CONFIG, "tool_parser", "specific"),
     _sig("failure", "easoning parser", r"invalid reasoning parser: (?P<name>\S+)|Reasoning parser '(?P<quoted>[^']+)' "
          r"not found", CONFIG, "reasoning_parser", "specific"),
+    _sig("failure", "reasoning_parser_name=", r"reasoning_parser_name=\S+ has not been registered", CONFIG,
+         "reasoning_parser", "specific"),
     _sig("failure", "unrecognized arguments", r"error: unrecognized arguments: (?P<arguments>.+)", CONFIG,
          "unknown_flag", "specific", _numbers(arguments="str")),
     _sig("failure", "error: argument", r"error: argument (?P<argument>\S+?):? (?P<problem>.+)", CONFIG, "bad_argument",
@@ -282,6 +297,16 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("failure", "model identifier", r"is not a valid model identifier", CONFIG, "model_not_found", "specific"),
     _sig("failure", "couldn't connect to", r"We couldn't connect to '[^']*' to load the files", CONFIG,
          "model_not_found", "specific"),
+    _sig("failure", "model weights with", r"Cannot find any (?:safetensors )?model weights with", CONFIG,
+         "model_not_found", "specific"),
+    _sig("failure", "referenced in index but missing", r"Weight files referenced in index but missing", CONFIG,
+         "model_not_found", "specific"),
+    _sig("failure", "no config file found", r"Could not detect config format for no config file found", CONFIG,
+         "model_not_found", "specific"),
+    _sig("failure", "Failed to load the model config", r"Failed to load the model config\. If the model is a custom "
+         r"model not yet available", CONFIG, "unsupported_model", "specific"),
+    _sig("failure", "does not support `--runner", r"This model does not support `--runner \w+`", CONFIG,
+         "unsupported_model", "specific"),
     _sig("failure", "not supported for now", r"Model architectures? \[[^\]]*\] (?:are|is) not supported", CONFIG,
          "unsupported_model", "specific"),
     _sig("failure", "does not recognize this architecture", r"does not recognize this architecture", CONFIG,
@@ -297,6 +322,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"\((?P<gpus>\d+)\)", CONFIG, "not_enough_gpus", "specific", _world),
     _sig("failure", "exceeds the total number of available GPUs",
          r"number of required GPUs exceeds the total number of available GPUs", CONFIG, "not_enough_gpus", "specific"),
+    _sig("failure", "available. current_node_resource", r"Current node has no GPU available\. current_node_resource",
+         CONFIG, "not_enough_gpus", "specific"),
     _sig("failure", "Cannot provide a placement group",
          r"Cannot provide a placement group requiring (?P<world_size>[\d.]+) GPUs", CONFIG, "not_enough_gpus",
          "specific", _world),
@@ -307,6 +334,19 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("failure", "does not match the quantization method",
          r"Quantization method specified in the model config \(\S+\) does not match the quantization method",
          CONFIG, "bad_argument", "specific"),
+    _sig("failure", "Bfloat16 is only supported on GPUs", r"Bfloat16 is only supported on GPUs with compute capability",
+         CONFIG, "bad_argument", "specific"),
+    _sig("failure", "is not supported for the current GPU", r"The quantization method \S+(?: \+ \w+)? is not supported "
+         r"for the current GPU\. Minimum capability", CONFIG, "bad_argument", "specific"),
+    _sig("failure", "is smaller than max_model_len", r"max_num_batched_tokens \(\d+\) is smaller than max_model_len "
+         r"\(\d+\)", CONFIG, "bad_argument", "specific"),
+    _sig("failure", "GPU memory utilization must be", r"GPU memory utilization must be less than 1\.0", CONFIG,
+         "bad_argument", "specific"),
+    _sig("failure", "Unknown quantization method", r"Unknown quantization method: \S+ Must be one of", CONFIG,
+         "bad_argument", "specific"),
+    _sig("failure", "Pipeline parallelism is not supported for this model",
+         r"Pipeline parallelism is not supported for this model", CONFIG, "bad_argument", "specific"),
+    _sig("failure", "attention backend", r"No valid attention backend found for", CONFIG, "bad_argument", "specific"),
     _sig("failure", "No model specified", r"No model (?:specified|_tag specified)", CONFIG, "bad_argument", "specific"),
     # ---- engine death; ignored once a shutdown is under way. Anchored at the start of the message: an
     # exception type or vLLM's own sentence starts it, where text a client sent never stands.
