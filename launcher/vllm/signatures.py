@@ -3,86 +3,35 @@
 Each signature matches the stable part of a message (the exception type, the key phrase and its
 numbers), not the whole sentence, so that rewordings between versions, user trims and pasted
 excerpts still match. Each has a literal needle that must occur in the raw line before its regex
-runs. `launcher.vllm.classify` applies the table; docs/vllm-logs.md lists every signature with the
-versions that print it and a real example line.
+runs. The configuration failures live in `launcher.vllm.config_signatures` and take their place in
+the table below. `launcher.vllm.classify` applies the table; docs/vllm-logs.md lists every signature with
+the versions that print it and a real example line.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-# Failure classes (diagnose JSON `class`) and config reasons (`reason`).
-OK = "ok"
-STARTUP_MEMORY = "startup_memory"
-FP8_UNSUPPORTED = "fp8_unsupported"
-KV_INSUFFICIENT = "kv_insufficient"
-NO_CACHE_BLOCKS = "no_cache_blocks"
-ENGINE_DEAD = "engine_dead"
-CONFIG = "config"
-UNKNOWN = "unknown"
+from launcher.vllm.config_signatures import CONFIG_SIGNATURES
+from launcher.vllm.signature_kit import (
+    CONFIG,
+    ENGINE_DEAD,
+    FP8_UNSUPPORTED,
+    KV_INSUFFICIENT,
+    NO_CACHE_BLOCKS,
+    OK,
+    STARTUP_MEMORY,
+    UNKNOWN,
+    LogEvent,
+    Signature,
+    _int,
+    _numbers,
+    _sig,
+)
 
-@dataclass(frozen=True, slots=True)
-class LogEvent:
-    """What one line says: a kind, its numbers, and whether it ends the attempt."""
-
-    kind: str
-    message: str
-    values: Mapping[str, Any] = field(default_factory=dict)
-    failure: str | None = None  # failure class, for failure kinds
-    reason: str | None = None  # config reason
-    fatal: str | None = None  # "specific" (decide now) or "generic" (wait briefly for the root cause)
-    proc: str | None = None  # vLLM's process prefix, `(Worker_TP1 pid=42)`: its name …
-    pid: int | None = None  # … and its pid
-
-
-@dataclass(frozen=True, slots=True)
-class Signature:
-    kind: str
-    needle: str
-    pattern: re.Pattern[str]
-    failure: str | None = None
-    reason: str | None = None
-    fatal: str | None = None
-    convert: Callable[[dict[str, str | None]], dict[str, Any]] | None = None
-    any_level: bool = False  # a failure that vLLM logs at INFO (zero blocks, negative KV memory)
-
-
-def _int(text: str | None) -> int | None:
-    return int(text.replace(",", "")) if text else None
-
-
-def _float(text: str | None) -> float | None:
-    return float(text) if text else None
-
-
-def _numbers(**spec: str) -> Callable[[dict[str, str | None]], dict[str, Any]]:
-    """Convert named groups: spec maps group name → "int" | "float" | "str"."""
-    casts: dict[str, Callable[[str | None], Any]] = {"int": _int, "float": _float, "str": lambda s: s}
-
-    def convert(groups: dict[str, str | None]) -> dict[str, Any]:
-        return {name: casts[kind](groups.get(name)) for name, kind in spec.items() if groups.get(name) is not None}
-
-    return convert
-
-
-def _tool_parser(groups: dict[str, str | None]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    if groups.get("name"):
-        values["tool_parser"] = groups["name"]
-    if groups.get("valid"):
-        values["valid_tool_parsers"] = [p.strip() for p in (groups["valid"] or "").split(",") if p.strip()]
-    return values
-
-
-def _sig(kind: str, needle: str, pattern: str, failure: str | None = None, reason: str | None = None,
-         fatal: str | None = None, convert: Callable[[dict[str, str | None]], dict[str, Any]] | None = None,
-         any_level: bool = False) -> Signature:
-    return Signature(kind, needle, re.compile(pattern), failure, reason, fatal, convert, any_level)
-
-
+__all__ = ["CONFIG", "ENGINE_DEAD", "FP8_UNSUPPORTED", "KV_INSUFFICIENT", "NO_CACHE_BLOCKS", "OK", "SIGNATURES",
+           "STARTUP_MEMORY", "UNKNOWN", "LogEvent", "Signature"]
 
 
 def _memory_profile(groups: dict[str, str | None]) -> dict[str, Any]:
@@ -91,14 +40,6 @@ def _memory_profile(groups: dict[str, str | None]) -> dict[str, Any]:
     names = {"total_gpu_memory": "total_gib", "kv_cache_size": "available_kv_gib", "gpu_memory_utilization": "utilization"}
     values = {key: value.rstrip(".") for key, value in pairs.items()}  # "…=0.98." ends a sentence
     return {names[key]: float(value) for key, value in values.items() if value and value.count(".") <= 1}
-
-
-def _world(groups: dict[str, str | None]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for key in ("world_size", "gpus"):
-        if groups.get(key):
-            values[key] = int(float(groups[key] or 0))
-    return values
 
 
 _GIB = r"-?[\d.]+"
@@ -218,6 +159,12 @@ SIGNATURES: tuple[Signature, ...] = (
          rf"desired CPU memory utilization \((?P<utilization>[\d.]+), (?P<requested_gib>{_GIB}) GiB\)",
          STARTUP_MEMORY, "free_below_utilization", "specific",
          _numbers(free_gib="float", total_gib="float", utilization="float", requested_gib="float")),
+    _sig("failure", "on kv cache allocation is less than requested memory",  # CPU backend, 0.31+
+         rf"Available memory on node \d+ {_FREE} on kv cache allocation is less than requested memory for kv",
+         STARTUP_MEMORY, "free_below_utilization", "specific", _numbers(free_gib="float", total_gib="float")),
+    _sig("failure", "Externally held weights on device",
+         rf"Externally held weights on device(?: \S+)? {_FREE} exceed the desired GPU memory utilization",
+         STARTUP_MEMORY, "free_below_utilization", "specific"),
     _sig("failure", "warming up", r"CUDA out of memory occurred when warming up (?:sampler|pooler)",
          STARTUP_MEMORY, "sampler_warmup", "specific"),
     _sig("failure", "not enough GPU memory", r"Failed to load model - not enough GPU memory", STARTUP_MEMORY,
@@ -235,6 +182,8 @@ SIGNATURES: tuple[Signature, ...] = (
          fatal="specific"),
     _sig("failure", "FP8 KV cache", r"FP8 KV cache is not supported by|with FP8 KV cache not yet supported"
          r"|FlashAttention V1 with FP8 KV cache", FP8_UNSUPPORTED, fatal="specific"),
+    _sig("failure", "is not supported by", r"--kv-cache-dtype \S+ is not supported by (?:the CPU attention backend"
+         r"|MLA attention on CPU)", FP8_UNSUPPORTED, fatal="specific"),
     _sig("failure", "kv_cache_dtype not supported", r"kv_cache_dtype not supported", FP8_UNSUPPORTED, fatal="specific"),
     # ---- KV cache too small for the context; a wrapped paste keeps its numbers on the next lines
     _sig("failure", "max seq len",
@@ -260,73 +209,10 @@ SIGNATURES: tuple[Signature, ...] = (
     # ---- no room at all for KV
     _sig("failure", "No available memory for the cache blocks", r"No available memory for the cache blocks",
          NO_CACHE_BLOCKS, fatal="specific"),
+    _sig("failure", "leaving none for the KV cache", r"^\s*(?:\w+: )?The worker already uses [\d.]+ GiB .*leaving none "
+         r"for the KV cache", NO_CACHE_BLOCKS, fatal="specific"),
     _sig("failure", "Cannot auto-fit max_model_len", r"Cannot auto-fit max_model_len", NO_CACHE_BLOCKS, fatal="specific"),
-    # ---- configuration: never retried
-    _sig("failure", "invalid tool call parser",
-         r"invalid tool call parser: (?P<name>\S+) \(chose from \{ ?(?P<valid>[^}]*?) ?\}\)",
-         CONFIG, "tool_parser", "specific", _tool_parser),
-    _sig("failure", "error: argument --tool-call-parser",
-         r"error: argument --tool-call-parser: invalid choice: '(?P<name>[^']+)' \(choose from (?P<valid>[^)]*)\)?",
-         CONFIG, "tool_parser", "specific",
-         lambda g: _tool_parser({"name": g.get("name"), "valid": (g.get("valid") or "").replace("'", "")})),
-    _sig("failure", "requires --tool-call-parser", r"--enable-auto-tool-choice requires --tool-call-parser",
-         CONFIG, "tool_parser", "specific"),
-    _sig("failure", "easoning parser", r"invalid reasoning parser: (?P<name>\S+)|Reasoning parser '(?P<quoted>[^']+)' "
-         r"not found", CONFIG, "reasoning_parser", "specific"),
-    _sig("failure", "unrecognized arguments", r"error: unrecognized arguments: (?P<arguments>.+)", CONFIG,
-         "unknown_flag", "specific", _numbers(arguments="str")),
-    _sig("failure", "error: argument", r"error: argument (?P<argument>\S+?):? (?P<problem>.+)", CONFIG, "bad_argument",
-         "specific", _numbers(argument="str")),
-    _sig("failure", "is greater than the derived max_model_len",
-         r"User-specified max_model_len \((?P<max_model_len>\d+)\) is greater than the derived max_model_len "
-         r"\((?P<derived_key>\w+)=(?P<derived_max_model_len>[\d.]+)",
-         CONFIG, "max_model_len_above_model", "specific",
-         lambda g: {"max_model_len": _int(g.get("max_model_len")),
-                    "derived_max_model_len": int(float(g.get("derived_max_model_len") or 0))}),
-    _sig("failure", "RepositoryNotFoundError", r"RepositoryNotFoundError", CONFIG, "model_not_found", "specific"),
-    # "If you are trying to access a private or gated repo" is Hugging Face's hint under a repository
-    # that does not exist: not a gated model.
-    _sig("failure", "gated", r"(?<!private or )[Gg]ated ?[Rr]epo|Access to model \S+ is restricted",
-         CONFIG, "gated_repo", "specific"),
-    _sig("failure", "Client Error", r"40[13] Client Error", CONFIG, "gated_repo", "specific"),
-    _sig("failure", "404 Client Error", r"404 Client Error: Not Found for url: \S+/(?:resolve|api/models)/", CONFIG,
-         "model_not_found", "specific"),
-    _sig("failure", "Invalid repository ID", r"Invalid repository ID or local directory specified", CONFIG,
-         "model_not_found", "specific"),
-    _sig("failure", "Repo id must be", r"Repo id must be in the form", CONFIG, "model_not_found", "specific"),
-    _sig("failure", "model identifier", r"is not a valid model identifier", CONFIG, "model_not_found", "specific"),
-    _sig("failure", "couldn't connect to", r"We couldn't connect to '[^']*' to load the files", CONFIG,
-         "model_not_found", "specific"),
-    _sig("failure", "not supported", r"Model architectures? \[[^\]]*\] (?:are|is) not supported", CONFIG,
-         "unsupported_model", "specific"),
-    _sig("failure", "does not recognize this architecture", r"does not recognize this architecture", CONFIG,
-         "unsupported_model", "specific"),
-    _sig("failure", "ddress already in use", r"(?i)\[errno 98\].*address already in use", CONFIG, "port_in_use",
-         "specific"),
-    _sig("failure", "EADDRINUSE", r"name: EADDRINUSE", CONFIG, "port_in_use", "specific"),
-    _sig("failure", "larger than the number of available GPUs",
-         r"World size \((?P<world_size>\d+)\) is larger than the number of available GPUs \((?P<gpus>\d+)\)",
-         CONFIG, "not_enough_gpus", "specific", _world),
-    _sig("failure", "must be less than or equal to the number of visible devices",
-         r"local_world_size \((?P<world_size>\d+)\) must be less than or equal to the number of visible devices "
-         r"\((?P<gpus>\d+)\)", CONFIG, "not_enough_gpus", "specific", _world),
-    _sig("failure", "exceeds the total number of available GPUs",
-         r"number of required GPUs exceeds the total number of available GPUs", CONFIG, "not_enough_gpus", "specific"),
-    _sig("failure", "Cannot provide a placement group",
-         r"Cannot provide a placement group requiring (?P<world_size>[\d.]+) GPUs", CONFIG, "not_enough_gpus",
-         "specific", _world),
-    _sig("failure", "must be divisible by tensor parallel size",
-         r"must be divisible by tensor parallel size", CONFIG, "bad_argument", "specific"),
-    _sig("failure", "not supported for quantization method", r"is not supported for quantization method", CONFIG,
-         "bad_argument", "specific"),
-    _sig("failure", "does not match the quantization method",
-         r"Quantization method specified in the model config \(\S+\) does not match the quantization method",
-         CONFIG, "bad_argument", "specific"),
-    _sig("failure", "Bfloat16 is only supported", r"Bfloat16 is only supported on GPUs with compute capability",
-         CONFIG, "bad_argument", "specific"),
-    _sig("failure", "Placement group bundle", r"Placement group bundle cannot have more than \d+ GPU", CONFIG,
-         "bad_argument", "specific"),
-    _sig("failure", "No model specified", r"No model (?:specified|_tag specified)", CONFIG, "bad_argument", "specific"),
+    *CONFIG_SIGNATURES,
     # ---- engine death; ignored once a shutdown is under way. Anchored at the start of the message: an
     # exception type or vLLM's own sentence starts it, where text a client sent never stands.
     _sig("failure", "EngineDeadError", rf"{_ENGINE_EXC}(?:Async)?EngineDeadError\b", ENGINE_DEAD, fatal="specific"),

@@ -1,0 +1,89 @@
+"""What a signature is and the helpers that build one: the failure classes, `LogEvent`, `Signature`, `_sig`
+and the converters that turn a match's groups into numbers. The tables are `launcher.vllm.signatures` and
+`launcher.vllm.config_signatures`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# Failure classes (diagnose JSON `class`) and config reasons (`reason`).
+OK = "ok"
+STARTUP_MEMORY = "startup_memory"
+FP8_UNSUPPORTED = "fp8_unsupported"
+KV_INSUFFICIENT = "kv_insufficient"
+NO_CACHE_BLOCKS = "no_cache_blocks"
+ENGINE_DEAD = "engine_dead"
+CONFIG = "config"
+UNKNOWN = "unknown"
+
+@dataclass(frozen=True, slots=True)
+class LogEvent:
+    """What one line says: a kind, its numbers, and whether it ends the attempt."""
+
+    kind: str
+    message: str
+    values: Mapping[str, Any] = field(default_factory=dict)
+    failure: str | None = None  # failure class, for failure kinds
+    reason: str | None = None  # config reason
+    fatal: str | None = None  # "specific" (decide now) or "generic" (wait briefly for the root cause)
+    proc: str | None = None  # vLLM's process prefix, `(Worker_TP1 pid=42)`: its name …
+    pid: int | None = None  # … and its pid
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    kind: str
+    needle: str
+    pattern: re.Pattern[str]
+    failure: str | None = None
+    reason: str | None = None
+    fatal: str | None = None
+    convert: Callable[[dict[str, str | None]], dict[str, Any]] | None = None
+    any_level: bool = False  # a failure that vLLM logs at INFO (zero blocks, negative KV memory)
+
+
+def _int(text: str | None) -> int | None:
+    return int(text.replace(",", "")) if text else None
+
+
+def _float(text: str | None) -> float | None:
+    return float(text) if text else None
+
+
+def _numbers(**spec: str) -> Callable[[dict[str, str | None]], dict[str, Any]]:
+    """Convert named groups: spec maps group name → "int" | "float" | "str"."""
+    casts: dict[str, Callable[[str | None], Any]] = {"int": _int, "float": _float, "str": lambda s: s}
+
+    def convert(groups: dict[str, str | None]) -> dict[str, Any]:
+        return {name: casts[kind](groups.get(name)) for name, kind in spec.items() if groups.get(name) is not None}
+
+    return convert
+
+
+def _tool_parser(groups: dict[str, str | None]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    if groups.get("name"):
+        values["tool_parser"] = groups["name"]
+    if groups.get("valid"):
+        values["valid_tool_parsers"] = [p.strip() for p in (groups["valid"] or "").split(",") if p.strip()]
+    return values
+
+
+def _sig(kind: str, needle: str, pattern: str, failure: str | None = None, reason: str | None = None,
+         fatal: str | None = None, convert: Callable[[dict[str, str | None]], dict[str, Any]] | None = None,
+         any_level: bool = False) -> Signature:
+    return Signature(kind, needle, re.compile(pattern), failure, reason, fatal, convert, any_level)
+
+
+
+
+def _world(groups: dict[str, str | None]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for key in ("world_size", "gpus"):
+        if groups.get(key):
+            values[key] = int(float(groups[key] or 0))
+    return values
