@@ -13,6 +13,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
+from launcher.config import document
 from launcher.config.load import load
 from launcher.config.profile import Profile
 from launcher.deploy.systemd_plan import (
@@ -111,7 +112,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             existing = {key for key in ("api_key", "hf_token")
                         if _under(args.root, CREDS / f"{profile.name}.{key}").exists()}
             secrets = _secrets(profile, environ, existing, dry_run=args.dry_run)
-            steps = install_steps(profile, Path(args.profile).read_text(encoding="utf-8"),
+            steps = install_steps(profile, document.read_text(args.profile),
                                   TEMPLATE.read_text(encoding="utf-8"), options, secrets)
     except ConfigError as exc:
         print(f"install-systemd: {exc}", file=sys.stderr)

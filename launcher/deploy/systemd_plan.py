@@ -15,6 +15,7 @@ from pathlib import PurePosixPath
 
 import yaml
 
+from launcher.config import document
 from launcher.config.profile import Profile
 from launcher.config.secrets import CREDENTIALS_PREFIX
 from launcher.errors import ConfigError
@@ -125,7 +126,7 @@ def secret_values(profile: Profile, environ: Mapping[str, str], existing: set[st
 
 def installed_profile(text: str, profile: Profile, vllm: str | None) -> str:
     """The profile as the unit reads it: secrets from the unit's credentials, vLLM from --vllm."""
-    data = yaml.safe_load(text)
+    data = document.parse_mapping(text, profile.source)
     for key in secrets_used(profile):
         data[key] = {"file": f"{CREDENTIALS_PREFIX}{key}"}
     if vllm:
