@@ -206,9 +206,12 @@ def _reload(session: Session) -> bool:
         if session.catalog is not None:
             flags.check_profile_flags(new, session.catalog)
         secrets.resolve(new, session.environ)
-    except LauncherError as exc:
-        log.error("reload.invalid", error=str(exc), action="still serving the profile as it was")
-        session.notify(STATUS=f"reload refused: {str(exc)[:200]}")
+    except Exception as exc:  # whatever reading the new profile does, the server that answers goes on
+        # A LauncherError is already one line; anything else (a bug the profile found) gets its type named.
+        reason = str(exc) if isinstance(exc, LauncherError) else f"{old.source}: {type(exc).__name__}: {exc}"
+        reason = " ".join(reason.split())
+        log.error("reload.refused", reason=reason, action="still serving the profile as it was")
+        session.notify(STATUS=f"reload refused: {reason[:200]}")
         return False
     if new.digest == old.digest:
         log.info("reload.unchanged")

@@ -248,6 +248,20 @@ class TestConfigFaults:
         assert all(w in message for w in words), message
         assert "Traceback" not in message
 
+    def test_a_reload_with_a_bad_byte_keeps_vllm_serving(self, launch: Callable[..., Launcher], port: int) -> None:
+        """SIGHUP after one Latin-1 byte went into the profile: refused in one line, the same vLLM serves on,
+        and a later SIGTERM still stops everything cleanly."""
+        lau = launch(profile(port), scenarios=[{"log": OK}])
+        wait_ready_count(lau, 1)
+        lau.profile.write_bytes(lau.profile.read_bytes() + b"# r\xe9sum\xe9\n")
+        lau.signal(signal.SIGHUP)
+        refused = lau.wait_event("reload.refused")
+        assert f"{lau.profile}:" in refused["reason"] and "byte 0xe9 at offset" in refused["reason"]
+        assert 1 == len(lau.argvs()) and 1 == readies(lau)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as answer:
+            assert 200 == answer.status
+        stop(lau)
+
     def test_down_with_a_reused_pid(self, launch: Callable[..., Launcher], port: int, tmp_path: Path) -> None:
         """The daemon is gone and its PID now belongs to a stranger: `down` signals nobody, exits 0."""
         stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
-from launcher.config.load import loads
+from launcher.config.load import load, loads
+from launcher.config.profile import Profile
 from launcher.errors import PreflightError
 from launcher.run import daemon, prelaunch
 
@@ -30,3 +33,38 @@ def test_an_earlier_runs_processes_stay_on_record_until_they_are_stopped(
         daemon.run(profile, threading.Event(), console=False)
     state = json.loads((tmp_path / "p" / "state.json").read_text())
     assert record == state["child"] and "failed" == state["phase"]
+
+
+class ReloadSession:
+    """What `_reload` reads and calls on a Session."""
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile, self.sets, self.catalog, self.environ = profile, (), None, {}
+        self.statuses: list[str] = []
+
+    def notify(self, **fields: str) -> None:
+        self.statuses.append(fields["STATUS"])
+
+
+@pytest.mark.parametrize(("break_it", "words"), [
+    (lambda path, monkeypatch: path.write_bytes(path.read_bytes() + b"# r\xe9sum\xe9\n"), "byte 0xe9 at offset"),
+    (lambda path, monkeypatch: monkeypatch.setattr(daemon, "load", _raise_bug), "RuntimeError: a bug"),
+])
+def test_a_reload_that_fails_in_any_way_keeps_serving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       break_it: Any, words: str) -> None:
+    """Any failure reading the new profile (a bad byte, or a bug: not only LauncherError) is reload.refused
+    with one line; the daemon goes on with the profile it serves."""
+    path = tmp_path / "p.yaml"
+    path.write_text("model: /m\nvllm: {host: 127.0.0.1, port: 18999}\nlauncher: {device: cpu}\n")
+    session = ReloadSession(load(path))
+    serving = session.profile
+    break_it(path, monkeypatch)
+    with capture_logs() as logs:
+        assert daemon._reload(session) is False  # type: ignore[arg-type]
+    refused = [e for e in logs if e["event"] == "reload.refused"]
+    assert 1 == len(refused) and words in refused[0]["reason"] and "\n" not in refused[0]["reason"]
+    assert session.profile is serving and words in session.statuses[0]
+
+
+def _raise_bug(*args: object) -> Profile:
+    raise RuntimeError("a bug")
