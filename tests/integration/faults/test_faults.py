@@ -233,6 +233,27 @@ class TestEnvironmentFaults:
         assert 0 == lau.wait(20)
         assert "stopped" == lau.state()["phase"], "written again once there is room"
 
+    def test_a_tampered_last_known_good_is_ignored(self, launch: Callable[..., Launcher], port: int,
+                                                   tmp_path: Path) -> None:
+        """The state directory is writable by the service user, so by vLLM: a record whose overrides add
+        flags (or are not even a mapping) is ignored with a warning, and the start goes on from the profile."""
+        shared = tmp_path / "shared-state"
+        first = launch(profile(port), scenarios=[{"log": OK}], state_dir=shared)
+        wait_ready_count(first, 1)
+        stop(first)
+        path = shared / "profile" / "last_known_good.json"
+        for overrides in ("abc", {"trust-remote-code": True, "api-key": "smuggled"}):
+            records = json.loads(path.read_text())
+            for record in records.values():
+                record["overrides"] = overrides
+            path.write_text(json.dumps(records))
+            lau = launch(profile(port), scenarios=[{"log": OK}], state_dir=shared)
+            wait_ready_count(lau, 1)
+            assert f"{path}: overrides" in lau.wait_event("last_known_good.ignored")["error"]
+            argv = lau.argvs()[0]
+            assert "--trust-remote-code" not in argv and "smuggled" not in argv and "--api-key" not in argv
+            stop(lau)
+
 
 class TestConfigFaults:
     @pytest.mark.parametrize(("text", "env", "words"), [

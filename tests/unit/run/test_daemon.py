@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
 
+from launcher.config import flags
 from launcher.config.load import load, loads
 from launcher.config.profile import Profile
 from launcher.errors import PreflightError
@@ -68,3 +70,34 @@ def test_a_reload_that_fails_in_any_way_keeps_serving(tmp_path: Path, monkeypatc
 
 def _raise_bug(*args: object) -> Profile:
     raise RuntimeError("a bug")
+
+
+@pytest.mark.parametrize("overrides", [
+    "abc",
+    ["max-model-len", 1024],
+    {"trust-remote-code": True, "api-key": "smuggled"},
+    {"max-model-len": 1024, "served-model-name": ["a", "--api-key", "smuggled"]},
+    {"gpu-memory-utilization": 2},
+    {"kv-cache-dtype": "--trust-remote-code"},
+    {"enforce-eager": "--api-key"},
+    {"max-num-batched-tokens": True},
+    {"max-model-len": {"a": 1}},
+])
+def test_a_tampered_last_known_good_is_ignored_with_a_warning(tmp_path: Path, overrides: Any) -> None:
+    """The state directory is writable by the service user, and so by vLLM: its overrides pass the profile's
+    validator and the flag catalogue, else the start goes on from the profile as written."""
+    (tmp_path / "last_known_good.json").write_text(json.dumps({"k": {"overrides": overrides, "kv_tokens": 1}}))
+    session = SimpleNamespace(lkg_key="k", catalog=flags.shipped_catalog())
+    with capture_logs() as logs:
+        assert daemon._last_known_good(tmp_path, session) is None  # type: ignore[arg-type]
+    ignored = [e for e in logs if e["event"] == "last_known_good.ignored"]
+    assert 1 == len(ignored) and str(tmp_path / "last_known_good.json") in ignored[0]["error"]
+
+
+def test_the_ladders_own_overrides_are_used(tmp_path: Path) -> None:
+    saved = {"max-model-len": 8064, "enforce-eager": True, "gpu-memory-utilization": 0.85,
+             "kv-cache-dtype": "auto", "max-num-batched-tokens": 1024}
+    (tmp_path / "last_known_good.json").write_text(json.dumps({"k": {"overrides": saved, "kv_tokens": 1}}))
+    session = SimpleNamespace(lkg_key="k", catalog=flags.shipped_catalog())
+    found = daemon._last_known_good(tmp_path, session)  # type: ignore[arg-type]
+    assert found is not None and saved == found[1]
