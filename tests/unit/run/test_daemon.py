@@ -16,6 +16,7 @@ from launcher.config.load import load, loads
 from launcher.config.profile import Profile
 from launcher.errors import PreflightError
 from launcher.run import daemon, prelaunch
+from tests.unit.config.test_document import bomb
 
 
 def test_an_earlier_runs_processes_stay_on_record_until_they_are_stopped(
@@ -51,6 +52,8 @@ class ReloadSession:
 @pytest.mark.parametrize(("break_it", "words"), [
     (lambda path, monkeypatch: path.write_bytes(path.read_bytes() + b"# r\xe9sum\xe9\n"), "byte 0xe9 at offset"),
     (lambda path, monkeypatch: monkeypatch.setattr(daemon, "load", _raise_bug), "RuntimeError: a bug"),
+    # An alias bomb: refused while composing, so the main thread is back to its watchdog pings at once.
+    (lambda path, monkeypatch: path.write_text(bomb(6)), "more than 20,000 values once its aliases are expanded"),
 ])
 def test_a_reload_that_fails_in_any_way_keeps_serving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                        break_it: Any, words: str) -> None:
