@@ -55,3 +55,22 @@ def test_a_profile_with_a_bad_byte_keeps_the_pod_up_saying_why(tmp_path: Path, m
     assert 0 == daemon.up(str(path), container_mode=True)
     assert 1 == len(shown) and shown[0].permanent
     assert f"{path}:3: byte 0xe9 at offset" in shown[0].message
+
+
+def test_an_unexpected_error_keeps_the_pod_up_and_tries_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not only the launcher's own errors: anything that escapes shows on the page (not permanent: it retries)."""
+    shown: list[container.Failure] = []
+
+    def stay_up(failure: container.Failure, stop: object, host: str, port: int, wait_s: float | None) -> bool:
+        shown.append(failure)
+        return len(shown) == 2  # the second try, after the backoff, then SIGTERM
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("a bug\nover two lines")
+
+    monkeypatch.setattr(container, "stay_up", stay_up)
+    monkeypatch.setattr(container, "cache_environment", lambda environ: {})
+    monkeypatch.setattr(daemon, "load", broken)
+    assert 0 == daemon.up(str(tmp_path / "pod.yaml"), container_mode=True)
+    assert ["RuntimeError: a bug over two lines"] * 2 == [f.message for f in shown]
+    assert not shown[0].permanent
