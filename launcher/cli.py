@@ -221,8 +221,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+    from launcher.config import document
     from launcher.config.load import load
     from launcher.deploy import render
 
@@ -230,7 +229,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     if args.kind == "systemd":
         print(render.systemd_text(profile, args.node_rank), end="")
         return EX_OK
-    documents = render.lws_manifest(profile, Path(args.profile).read_text(encoding="utf-8"), image=args.image,
+    documents = render.lws_manifest(profile, document.read_text(args.profile), image=args.image,
                                     gpus_per_node=args.gpus_per_node, namespace=args.namespace)
     print(render.lws_text(documents, f"{documents[1]['metadata']['name']}-secrets"), end="")
     return EX_OK

@@ -10,14 +10,14 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from launcher.config.profile import Profile
+    from launcher.config.profile import FlagValue, Profile
 
 SHIPPED_VERSION = "0.32.0"
 
@@ -40,6 +40,7 @@ class FlagSpec:
     takes_value: bool
     negatable: bool  # `--no-<name>` exists
     choices: tuple[str, ...] | None = None
+    multiple: bool = False  # nargs: `--flag A [A ...]`, the only kind a list value may become
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,8 @@ class FlagCatalog:
     def to_json(self) -> str:
         return json.dumps({
             "version": self.version,
-            "flags": {n: {"takes_value": s.takes_value, "negatable": s.negatable, "choices": s.choices}
+            "flags": {n: {"takes_value": s.takes_value, "negatable": s.negatable, "choices": s.choices,
+                          "multiple": s.multiple}
                       for n, s in self.flags.items()},
             "aliases": dict(self.aliases),
         }, indent=1, sort_keys=True)
@@ -73,8 +75,9 @@ class FlagCatalog:
     @classmethod
     def from_json(cls, text: str, source: str) -> FlagCatalog:
         data = json.loads(text)
+        # A cached list without "multiple" (an older launcher wrote it) is a KeyError: the help is read again.
         flags = {n: FlagSpec(n, bool(s["takes_value"]), bool(s["negatable"]),
-                             tuple(s["choices"]) if s.get("choices") else None)
+                             tuple(s["choices"]) if s.get("choices") else None, bool(s["multiple"]))
                  for n, s in data["flags"].items()}
         return cls(str(data["version"]), source, MappingProxyType(flags), MappingProxyType(dict(data["aliases"])))
 
@@ -91,13 +94,14 @@ def parse_help(text: str, version: str, source: str) -> FlagCatalog:
         head = re.split(r"\s{2,}", match.group(1), maxsplit=1)[0]
         parts = re.split(r", (?=-)", head)
         names: list[str] = []
-        takes_value = False
+        takes_value = multiple = False
         choices: tuple[str, ...] | None = None
         for part in parts:
             token, _, rest = part.partition(" ")
             names.append(token)
             if rest:
                 takes_value = True
+                multiple = multiple or "..." in rest
                 found = _CHOICES.match(rest)
                 if found:
                     choices = tuple(c for c in found.group(1).split(",") if c)
@@ -106,7 +110,7 @@ def parse_help(text: str, version: str, source: str) -> FlagCatalog:
             continue
         canonical = longs[0]
         negatable = f"no-{canonical}" in longs
-        flags[canonical] = FlagSpec(canonical, takes_value, negatable, choices)
+        flags[canonical] = FlagSpec(canonical, takes_value, negatable, choices, multiple)
         for other in names:
             other_name = other.lstrip("-")
             if other_name not in (canonical, f"no-{canonical}"):
@@ -127,16 +131,31 @@ def check_profile_flags(profile: Profile, catalog: FlagCatalog) -> None:
         if name in REMOVED_FLAGS and catalog.lookup(name) is None:
             since, fix = REMOVED_FLAGS[name]
             raise profile.error(key, f"{name} was removed in vLLM {since} (this vLLM is {catalog.version})", fix)
-        spec = catalog.lookup(name)
-        if spec is None:
-            close = catalog.closest(name)
-            hint = f"did you mean {close}?" if close else "see `vllm serve --help=all` for the flags"
-            raise profile.error(key, f"unknown vllm serve flag --{name} (vLLM {catalog.version}, {catalog.source} "
-                                "flag list)", hint)
-        if spec.choices and not (name == "tool-call-parser" and "tool-parser-plugin" in profile.vllm):
-            for item in value if isinstance(value, tuple) else (value,):
-                if isinstance(item, str) and item not in spec.choices:
-                    closest = difflib.get_close_matches(item, spec.choices, n=1, cutoff=0.6)
-                    hint = f"did you mean {closest[0]}? " if closest else ""
-                    raise profile.error(key, f"{item!r} is not a valid --{name} for vLLM {catalog.version}",
-                                        f"{hint}valid: {', '.join(spec.choices)}")
+        check_flag(name, value, catalog, _failing(profile.error, key),
+                   any_choice=name == "tool-call-parser" and "tool-parser-plugin" in profile.vllm)
+
+
+def _failing(error: Callable[[str, str, str], Exception], key: str) -> Callable[[str, str], Exception]:
+    return lambda problem, fix: error(key, problem, fix)
+
+
+def check_flag(name: str, value: FlagValue, catalog: FlagCatalog, fail: Callable[[str, str], Exception],
+               any_choice: bool = False) -> None:
+    """One flag and its value as this vLLM parses them: a known flag, an on/off flag given true or false,
+    a list only where vLLM takes several values, a valid choice. `fail(problem, fix)` makes the error."""
+    spec = catalog.lookup(name)
+    if spec is None:
+        close = catalog.closest(name)
+        hint = f"did you mean {close}?" if close else "see `vllm serve --help=all` for the flags"
+        raise fail(f"unknown vllm serve flag --{name} (vLLM {catalog.version}, {catalog.source} flag list)", hint)
+    if not spec.takes_value and not isinstance(value, bool):
+        raise fail(f"--{name} is an on/off flag, got {value!r}", f"write {name}: true (or false)")
+    if isinstance(value, tuple) and not spec.multiple:
+        raise fail(f"--{name} takes one value, not a list", f"write {name}: <value>")
+    if spec.choices and not any_choice:
+        for item in value if isinstance(value, tuple) else (value,):
+            if isinstance(item, str) and item not in spec.choices:
+                closest = difflib.get_close_matches(item, spec.choices, n=1, cutoff=0.6)
+                hint = f"did you mean {closest[0]}? " if closest else ""
+                raise fail(f"{item!r} is not a valid --{name} for vLLM {catalog.version}",
+                           f"{hint}valid: {', '.join(spec.choices)}")

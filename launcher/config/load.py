@@ -1,8 +1,9 @@
 """Read a profile: YAML text with the line of every key, `--set KEY=VALUE` overrides, then validation.
 
 Every bad input becomes one `ProfileError` line that names the file, the line,
-the key and the fix (exit 78). `--set` overrides are applied to the raw document
-before validation, so they are checked exactly like the file.
+the key and the fix (exit 78); the bytes and the YAML are read within bounds
+(config/document.py). `--set` overrides are applied to the raw document before
+validation, so they are checked exactly like the file.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from launcher.config import document
 from launcher.config.profile import Profile
 from launcher.config.validate import ProfileValidator
 from launcher.errors import ProfileError
@@ -21,15 +23,7 @@ from launcher.errors import ProfileError
 def load(path: str | Path, sets: Sequence[str] = ()) -> Profile:
     """Read, override and validate a profile file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ProfileError(str(path), "", "no such profile", "check the path (profiles usually live in configs/ "
-                           "or /etc/vllm-launch/)") from None
-    except OSError as exc:
-        raise ProfileError(str(path), "", f"cannot read the profile ({exc.strerror})",
-                           "check the file's permissions") from None
-    return loads(text, source=str(path), name=path.stem, sets=sets)
+    return loads(document.read_text(path), source=str(path), name=path.stem, sets=sets)
 
 
 def loads(text: str, source: str = "<profile>", name: str = "profile", sets: Sequence[str] = ()) -> Profile:
@@ -42,16 +36,7 @@ def loads(text: str, source: str = "<profile>", name: str = "profile", sets: Seq
 
 
 def _parse_yaml(text: str, source: str) -> tuple[dict[str, Any], dict[str, int]]:
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        raw = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else None
-        raise ProfileError(source, "", f"malformed YAML ({exc.problem})",
-                           "fix the indentation or quoting on that line", line) from None
-    except yaml.YAMLError as exc:
-        raise ProfileError(source, "", f"malformed YAML ({exc})", "fix the YAML syntax") from None
+    raw, node = document.parse(text, source)
     if raw is None:
         raise ProfileError(source, "model", "the profile is empty",
                            "write at least `model: <hub id or path>`", 1)
@@ -78,8 +63,8 @@ def _apply_set(raw: dict[str, Any], assignment: str, origins: dict[str, str]) ->
         raise ProfileError("--set", assignment, "expected KEY=VALUE",
                            "write it as --set vllm.max-model-len=32768")
     try:
-        value = yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
+        value = document.parse(text, "--set")[0] if text.strip() else ""
+    except ProfileError:
         value = text
     # `vllm.<flag>` and `env.<NAME>` keep the rest of the key whole: flag names may hold dots.
     head, _, rest = key.partition(".")

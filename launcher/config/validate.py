@@ -3,6 +3,7 @@ has its own module), raising on the first bad key."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -10,10 +11,12 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from launcher.config.flags import FlagCatalog, check_flag
 from launcher.config.keys import KeyReader, closest, type_name
 from launcher.config.launcher_section import read_launcher
 from launcher.config.nodes import NodesSettings, read_nodes
 from launcher.config.profile import KV_CACHE_DTYPES, FlagValue, LadderBounds, Profile, is_loopback, parse_max_model_len
+from launcher.errors import ProfileError
 
 _TOP_KEYS = ("model", "vllm", "api_key", "hf_token", "allow_unauthenticated", "env", "launcher", "nodes")
 
@@ -21,6 +24,11 @@ _TOP_KEYS = ("model", "vllm", "api_key", "hf_token", "allow_unauthenticated", "e
 _SECRET_ENV = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD)$", re.IGNORECASE)
 # Values that look like a credential whatever key they sit under (OpenAI-style, Hugging Face).
 _SECRET_VALUE = re.compile(r"^(sk-[A-Za-z0-9_-]{16,}|hf_[A-Za-z0-9]{20,})$")
+# What argv may hold after `--`: letters, digits, dots, dashes, underscores (never `=` or a space, which
+# would let one key carry a second flag).
+_FLAG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# argparse reads a word that starts with '-' as an option unless it is a negative number.
+_NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
 _FLAG_ALIASES = {"device-memory-utilization": "gpu-memory-utilization", "tp": "tensor-parallel-size",
                  "pp": "pipeline-parallel-size", "dp": "data-parallel-size"}
 
@@ -37,6 +45,9 @@ class ProfileValidator(KeyReader):
         if not isinstance(model, str):
             raise self.fail("model", f"expected a model id or path, got {type_name(model)}",
                             "write model: Org/Name or model: /path/to/model")
+        if looks_like_option(model):
+            raise self.fail("model", f"{model!r} would reach vllm serve as an option, not a model",
+                            "write model: Org/Name, or ./-name for a local directory whose name starts with -")
         api_key = self.secret(raw.get("api_key"), "api_key", "VLLM_API_KEY")
         hf_token = self.secret(raw.get("hf_token"), "hf_token", "HF_TOKEN")
         allow_unauth = self.boolean(raw, "allow_unauthenticated", "allow_unauthenticated", False)
@@ -117,6 +128,9 @@ class ProfileValidator(KeyReader):
             key = f"vllm.{raw_name}"
             name = str(raw_name).strip().lstrip("-").replace("_", "-")
             name = _FLAG_ALIASES.get(name, name)
+            if not _FLAG_NAME.fullmatch(name):
+                raise self.fail(key, "not a vllm serve flag name", "write the flag's long name without dashes, "
+                                "e.g. max-model-len: 4096")
             # Later messages (unknown flag, bad choice) name the flag by its kebab spelling.
             if key in self.origins:
                 self.origins[f"vllm.{name}"] = self.origins[key]
@@ -138,6 +152,10 @@ class ProfileValidator(KeyReader):
         return flags
 
     def _flag_value(self, name: str, item: Any, key: str) -> FlagValue:
+        for word in item if isinstance(item, list | tuple) else (item,):
+            if isinstance(word, str) and looks_like_option(word):
+                raise self.fail(key, f"the value {word!r} would reach vllm serve as an option of its own",
+                                f"write {name}'s value without a leading '-'")
         if name in ("gpu-memory-utilization", "device-memory-utilization"):
             if isinstance(item, bool) or not isinstance(item, int | float) or not 0 < item <= 1:
                 raise self.fail(key, f"must be a fraction in (0, 1], got {item!r}",
@@ -175,6 +193,36 @@ class ProfileValidator(KeyReader):
         if isinstance(item, bool | int | float | str):
             return item
         raise self.fail(key, f"unsupported value {item!r}", "use a string, number, true/false, list or mapping")
+
+
+def check_overrides(raw: Any, source: str, allowed: frozenset[str], catalog: FlagCatalog) -> dict[str, FlagValue | None]:
+    """Overrides read back from the state directory (last_known_good.json), which the service user, and so
+    vLLM, can write: only the flags the ladder itself changes, each value as the profile's validator and this
+    vLLM's flag list would take it in a profile. Raises ProfileError naming the first bad entry."""
+    if not isinstance(raw, Mapping):
+        raise ProfileError(source, "overrides", f"expected a mapping of flags, got {type_name(raw)}",
+                           "delete the file: the next start that reaches READY writes it again")
+    reader = ProfileValidator(source, {}, {})
+    checked: dict[str, FlagValue | None] = {}
+    for name, value in raw.items():
+        key = f"overrides.{name}"
+        if name not in allowed:
+            raise ProfileError(source, key, "not a flag the launcher's ladder changes",
+                               f"delete the file; the ladder only changes {', '.join(sorted(allowed))}")
+        if value is None:
+            checked[name] = None
+            continue
+        if name == "max-num-batched-tokens" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ProfileError(source, key, f"expected a whole number ≥ 1, got {value!r}", "delete the file")
+        item = reader._flag_value(name, value, key)
+        check_flag(name, item, catalog, functools.partial(ProfileError, source, key))
+        checked[name] = item
+    return checked
+
+
+def looks_like_option(word: str) -> bool:
+    """Whether vLLM's argparse would take this argv word for an option (or its value for a new flag)."""
+    return word.startswith("-") and not _NEGATIVE_NUMBER.fullmatch(word)
 
 
 def _with_start_utilization(vllm: dict[str, FlagValue], ladder: LadderBounds) -> dict[str, FlagValue]:

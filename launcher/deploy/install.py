@@ -13,7 +13,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
-from launcher.config.load import load
+from launcher.config import document
+from launcher.config.load import load, loads
 from launcher.config.profile import Profile
 from launcher.deploy.systemd_plan import (
     CREDS,
@@ -24,6 +25,7 @@ from launcher.deploy.systemd_plan import (
     Run,
     Step,
     WriteFile,
+    absolute_paths,
     install_steps,
     secret_values,
     secrets_used,
@@ -103,6 +105,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return EX_USAGE
     try:
         profile = load(args.profile)
+        text, notes = absolute_paths(document.read_text(args.profile), profile.source, str(Path.cwd()),
+                                     lambda model: Path(model).exists())
+        if notes:  # what the unit will read: checked again, and the drop-in built from it
+            profile = loads(text, source=profile.source, name=profile.name)
         options = InstallOptions(project=str(PROJECT), user=args.user, prefix=PurePosixPath(args.prefix),
                                  vllm=args.vllm, root=args.root, venv=not args.no_venv)
         if args.uninstall:
@@ -111,14 +117,15 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             existing = {key for key in ("api_key", "hf_token")
                         if _under(args.root, CREDS / f"{profile.name}.{key}").exists()}
             secrets = _secrets(profile, environ, existing, dry_run=args.dry_run)
-            steps = install_steps(profile, Path(args.profile).read_text(encoding="utf-8"),
-                                  TEMPLATE.read_text(encoding="utf-8"), options, secrets)
+            steps = install_steps(profile, text, TEMPLATE.read_text(encoding="utf-8"), options, secrets)
     except ConfigError as exc:
         print(f"install-systemd: {exc}", file=sys.stderr)
         return EX_CONFIG
     except OSError as exc:  # e.g. not root: /etc/vllm-launch/creds is root-only
         print(f"install-systemd: {exc}; run it with sudo (or --root DIR for a directory tree)", file=sys.stderr)
         return 1
+    for note in [] if args.uninstall else notes:
+        print(f"note: {note}")
     if args.dry_run:
         if args.root:
             print(f"# every path below is under --root {args.root}")

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from launcher.config import document
 from launcher.config.nodes import LWS_LEADER, RANK_VARIABLE
 from launcher.config.profile import Profile
 from launcher.deploy.systemd_plan import instance_name
@@ -77,7 +78,7 @@ def lws_manifest(profile: Profile, profile_text: str, *, image: str, gpus_per_no
                     {"name": "dshm", "emptyDir": {"medium": "Memory"}}]}}
 
     config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-profile", "namespace": namespace},
-                  "data": {f"{profile.name}.yaml": _pod_profile(profile_text, nodes)}}
+                  "data": {f"{profile.name}.yaml": _pod_profile(profile_text, profile.source, nodes)}}
     lws = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
            "metadata": {"name": name, "namespace": namespace},
            "spec": {"replicas": 1, "leaderWorkerTemplate": {
@@ -89,10 +90,10 @@ def lws_manifest(profile: Profile, profile_text: str, *, image: str, gpus_per_no
     return [config_map, lws, service]
 
 
-def _pod_profile(text: str, nodes: Any) -> str:
+def _pod_profile(text: str, source: str, nodes: Any) -> str:
     """The profile as the pods read it: the head's address from the LeaderWorkerSet, the API on all interfaces
     of the pod (the Service reaches it)."""
-    data = yaml.safe_load(text)
+    data = document.parse_mapping(text, source)
     data.setdefault("nodes", {})["master_addr"] = {"env": LWS_LEADER}
     data.setdefault("vllm", {})["host"] = "0.0.0.0"  # noqa: S104 - inside the pod; the API key guards it
     return yaml.safe_dump(data, sort_keys=False)

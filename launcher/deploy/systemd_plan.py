@@ -7,14 +7,17 @@ tests read the plan before any file exists. Secrets travel only in `WriteFile.co
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import Any
 
 import yaml
 
+from launcher.config import document
 from launcher.config.profile import Profile
 from launcher.config.secrets import CREDENTIALS_PREFIX
 from launcher.errors import ConfigError
@@ -31,6 +34,9 @@ MANAGED = (PurePosixPath("/var/lib/vllm-launch"), PurePosixPath("/var/cache/vllm
 STOP_MARGIN_S = 60
 _INSTANCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _SECRET_ENV = {"api_key": "VLLM_API_KEY", "hf_token": "HF_TOKEN"}
+# Environment variables that hold a directory vLLM writes to.
+_PATH_ENV = ("HF_HOME", "HF_HUB_CACHE", "VLLM_CACHE_ROOT", "XDG_CACHE_HOME", "TRITON_CACHE_DIR")
+_UNSAFE_PATH = re.compile(r"[\s\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,9 +47,14 @@ class WriteFile:
     secret: bool = False
 
     def shell(self) -> str:
+        path = shlex.quote(str(self.path))
         if self.secret:
-            return f"install -m {self.mode:04o} /dev/stdin {self.path}   # the secret, not shown"
-        return f"install -D -m {self.mode:04o} /dev/stdin {self.path} <<'EOF'\n{self.content.rstrip()}\nEOF"
+            return f"install -m {self.mode:04o} /dev/stdin {path}   # the secret, not shown"
+        body = self.content.rstrip()
+        end = "EOF"
+        while end in body.splitlines():  # a line of the content must not end the here-document early
+            end += "_"
+        return f"install -D -m {self.mode:04o} /dev/stdin {path} <<'{end}'\n{body}\n{end}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +63,7 @@ class MakeDir:
     mode: int
 
     def shell(self) -> str:
-        return f"install -d -m {self.mode:04o} {self.path}"
+        return f"install -d -m {self.mode:04o} {shlex.quote(str(self.path))}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +71,7 @@ class Remove:
     path: PurePosixPath
 
     def shell(self) -> str:
-        return f"rm -rf {self.path}"
+        return f"rm -rf {shlex.quote(str(self.path))}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +99,15 @@ class InstallOptions:
 
 
 def instance_name(profile: Profile) -> str:
-    if not _INSTANCE.match(profile.name):
-        raise ConfigError(f"{profile.source}: the file name {profile.name!r} becomes the unit instance "
+    return checked_name(profile.name, profile.source)
+
+
+def checked_name(name: str, source: str) -> str:
+    """The unit instance name, on every path that builds a unit or file name from it (install and uninstall)."""
+    if not _INSTANCE.fullmatch(name):
+        raise ConfigError(f"{source}: the file name {name!r} becomes the unit instance "
                           "vllm-launch@NAME; rename it to letters, digits, '.', '_' or '-'")
-    return profile.name
+    return name
 
 
 def secrets_used(profile: Profile) -> tuple[str, ...]:
@@ -125,7 +141,7 @@ def secret_values(profile: Profile, environ: Mapping[str, str], existing: set[st
 
 def installed_profile(text: str, profile: Profile, vllm: str | None) -> str:
     """The profile as the unit reads it: secrets from the unit's credentials, vLLM from --vllm."""
-    data = yaml.safe_load(text)
+    data = document.parse_mapping(text, profile.source)
     for key in secrets_used(profile):
         data[key] = {"file": f"{CREDENTIALS_PREFIX}{key}"}
     if vllm:
@@ -138,12 +154,46 @@ def installed_profile(text: str, profile: Profile, vllm: str | None) -> str:
 def writable_paths(profile: Profile) -> list[PurePosixPath]:
     """Absolute paths the profile writes to outside the unit's own directories (ProtectSystem=strict)."""
     wanted: list[str] = [str(profile.launcher.log_file.parent)] if profile.launcher.log_file else []
-    wanted += [value for name, value in profile.env.items()
-               if name in ("HF_HOME", "VLLM_CACHE_ROOT", "XDG_CACHE_HOME", "TRITON_CACHE_DIR")]
+    wanted += [value for name, value in profile.env.items() if name in _PATH_ENV]
     candidates = [PurePosixPath(p) for p in wanted]
     outside = [p for p in candidates if p.is_absolute() and not any(p.is_relative_to(m) for m in MANAGED)]
+    for path in outside:
+        if _UNSAFE_PATH.search(str(path)):
+            # A space splits ReadWritePaths=, a newline would start a directive of its own in the drop-in.
+            raise ConfigError(f"{profile.source}: the path {str(path)!r} holds a space or a control character, "
+                              "which the unit's ReadWritePaths= cannot take; move it to a plain path")
     # /workspace already covers /workspace/.cache/vllm
     return sorted({p for p in outside if not any(p != q and p.is_relative_to(q) for q in outside)})
+
+
+def absolute_paths(text: str, source: str, cwd: str,
+                   is_local: Callable[[str], bool] = lambda path: False) -> tuple[str, list[str]]:
+    """The profile with its relative paths made absolute against the installer's directory: systemd runs the
+    unit from /, where `.venv/bin/vllm` or `.scratch/vllm.log` mean nothing. `is_local(path)`: whether a
+    relative model names a directory under `cwd` (the caller looks; this module touches nothing). Returns the
+    text (unchanged when nothing was relative) and one note per path changed."""
+    data = document.parse_mapping(text, source)
+    notes: list[str] = []
+
+    def absolute(where: dict[str, Any], name: str, key: str, *, local_only: bool = False) -> None:
+        value = where.get(name)
+        if not isinstance(value, str) or not value or PurePosixPath(value).is_absolute() or value.startswith("~"):
+            return
+        # A bare command (vllm_bin: vllm) is found on the unit's PATH; a hub id (Org/Name) is not a path:
+        # hub ids never start with '.', and a local directory of that name would shadow it for vLLM too.
+        if local_only and not (value.startswith(".") or is_local(value)):
+            return
+        if name == "vllm_bin" and "/" not in value:
+            return
+        where[name] = posixpath.normpath(posixpath.join(cwd, value))
+        notes.append(f"{key}: {value} → {where[name]} (systemd runs the unit from /)")
+
+    absolute(data, "model", "model", local_only=True)
+    for section, names in (("launcher", ("vllm_bin", "log_file")), ("env", _PATH_ENV)):
+        if isinstance(data.get(section), dict):
+            for name in names:
+                absolute(data[section], name, f"{section}.{name}")
+    return (yaml.safe_dump(data, sort_keys=False) if notes else text), notes
 
 
 def drop_in(profile: Profile) -> str:
@@ -195,6 +245,7 @@ def install_steps(profile: Profile, profile_text: str, template: str, options: I
 def uninstall_steps(name: str, root: str | None) -> list[Step]:
     """One instance out: its unit stopped and disabled, its profile, drop-in and credentials removed. The
     template, venv, user and caches stay (other instances and the downloaded models use them)."""
+    name = checked_name(name, "--uninstall")
     unit = f"vllm-launch@{name}.service"
     systemctl = _tool("systemctl", root)
     return [Run(("systemctl", "stop", unit), live_only=True),

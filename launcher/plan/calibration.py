@@ -12,16 +12,21 @@ or from an existing vLLM log (`plan --from-log FILE`).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from launcher.plan.capacity import CapacityInputs, CapacityPlan, forward_peak_bytes, kv_bytes_per_token, v0_batched_tokens
 from launcher.statedir import read_json, write_json_atomic
 from launcher.units import GIB
 from launcher.vllm.versions import semantics
+
+log = structlog.get_logger("vllm_launch")
 
 FILE = "calibration.json"
 LOGGED_GIB_ROUNDING = 0.005 * GIB  # vLLM prints GiB with two decimals
@@ -97,15 +102,51 @@ def predict(inputs: CapacityInputs, record: Measured, estimate: CapacityPlan) ->
 
 
 def load(directory: Path) -> dict[str, Measured]:
+    """The records of this box. The state directory is writable by the service user (and so by vLLM): a
+    record of the wrong shape or types is skipped with a warning, never trusted."""
     data = read_json(directory / FILE)
     records: dict[str, Measured] = {}
     if isinstance(data, dict):
         for name, item in data.items():
             try:
-                records[name] = Measured(**item)
+                record = Measured(**item) if isinstance(item, dict) else None
             except TypeError:
-                continue  # a record of another release of the launcher: skipped, not fatal
+                record = None  # a record of another release of the launcher
+            problem = "not a record of this launcher" if record is None else _problem(record)
+            if problem or record is None:
+                log.warning("calibration.record_ignored", path=str(directory / FILE), record=str(name)[:200],
+                            problem=problem)
+                continue
+            records[str(name)] = record
     return records
+
+
+def _is_int(value: object, minimum: int = 1) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _problem(record: Measured) -> str | None:
+    """What makes a record read back from disk unusable, or None."""
+    texts = (record.key, record.vllm_version, record.source)
+    if not all(isinstance(t, str) for t in texts) or not isinstance(record.driver, str | None):
+        return "key, vllm_version, source and driver must be text"
+    try:
+        semantics(record.vllm_version)
+    except ValueError:
+        return f"vllm_version {record.vllm_version[:40]!r} is not a vLLM version"
+    if not (_is_number(record.utilization) and 0 < record.utilization <= 1):
+        return f"utilization must be a fraction in (0, 1], got {record.utilization!r}"
+    counts = (record.max_model_len, record.kv_tokens, record.available_kv_bytes, record.starts)
+    if not all(_is_int(c) for c in counts) or not (record.total_bytes is None or _is_int(record.total_bytes)):
+        return "max_model_len, kv_tokens, available_kv_bytes, total_bytes and starts must be whole numbers ≥ 1"
+    if not _is_number(record.recorded_at) or not isinstance(record.breakdown, dict) or not all(
+            isinstance(k, str) and _is_number(v) for k, v in record.breakdown.items()):
+        return "recorded_at and the breakdown must be numbers"
+    return None
 
 
 def save(directory: Path, record: Measured) -> None:

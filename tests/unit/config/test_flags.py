@@ -11,8 +11,8 @@ import pytest
 from launcher.config import flags
 from launcher.config.load import loads
 from launcher.config.profile import Profile
-from launcher.errors import ProfileError
-from launcher.vllm import install
+from launcher.errors import EX_CONFIG, ProfileError
+from launcher.vllm import command, install
 from tests.conftest import DATA
 
 HELP = (DATA / "help" / "serve_help_all-0.32.0.txt").read_text()
@@ -98,3 +98,60 @@ class TestInstalled:
 
         assert "0.32.0+cpu" == install.installed_version(exe, run)
         assert "/usr/bin/python3" == seen[0][0]
+
+
+class TestNothingBecomesAFlag:
+    """A value vLLM's argparse would read as an option, or words the flag does not take, never reach argv."""
+
+    @pytest.mark.parametrize(("text", "key"), [
+        ('model: "--trust-remote-code"\nvllm: {host: 127.0.0.1}\n', "model"),
+        ("model: /m\nvllm:\n  host: 127.0.0.1\n  served-model-name: [fake, --api-key, smuggled]\n",
+         "vllm.served-model-name"),
+        ("model: /m\nvllm:\n  host: 127.0.0.1\n  tokenizer: -x\n", "vllm.tokenizer"),
+        ("model: /m\nvllm:\n  host: 127.0.0.1\n  api-key=smuggled: 1\n", "vllm.api-key=smuggled"),
+        ("model: /m\nvllm:\n  host: 127.0.0.1\n  'enforce-eager --api-key': true\n", "vllm.enforce-eager --api-key"),
+    ])
+    def test_an_option_in_a_value_or_a_name_is_78_naming_the_key(self, text: str, key: str) -> None:
+        with pytest.raises(ProfileError) as caught:
+            loads(text, source="p.yaml")
+        assert f" {key}: " in str(caught.value) and EX_CONFIG == caught.value.exit_code
+
+    def test_negative_numbers_are_values(self) -> None:
+        profile = prof("  seed: -1\n  tokenizer-revision: '-2.5'\n")
+        argv = command.build_plan(profile, catalog=flags.shipped_catalog()).argv
+        assert ["--seed", "-1"] == list(argv[argv.index("--seed"):][:2])
+
+    @pytest.mark.parametrize(("extra", "words"), [
+        ("  enable-prefix-caching: [a, b]\n", "--enable-prefix-caching is an on/off flag"),
+        ("  enforce-eager: smuggled\n", "--enforce-eager is an on/off flag"),
+        ("  enforce-eager: {a: 1}\n", "--enforce-eager is an on/off flag"),
+        ("  tokenizer: [a, b]\n", "--tokenizer takes one value, not a list"),
+    ])
+    def test_words_the_flag_does_not_take_are_refused(self, extra: str, words: str) -> None:
+        with pytest.raises(ProfileError, match=words):
+            flags.check_profile_flags(prof(extra), flags.shipped_catalog())
+
+    def test_a_list_becomes_the_values_of_a_flag_that_takes_several(self) -> None:
+        profile = prof("  served-model-name: [tiny, tiny-alias]\n")
+        catalog = flags.shipped_catalog()
+        flags.check_profile_flags(profile, catalog)
+        argv = list(command.build_plan(profile, catalog=catalog).argv)
+        assert ["--served-model-name", "tiny", "tiny-alias"] == argv[argv.index("--served-model-name"):][:3]
+
+    def test_the_catalog_knows_which_flags_take_several_values(self) -> None:
+        catalog = flags.shipped_catalog()
+        assert catalog.flags["served-model-name"].multiple and catalog.flags["lora-modules"].multiple
+        assert not catalog.flags["tokenizer"].multiple and not catalog.flags["enforce-eager"].takes_value
+
+    def test_a_cached_list_without_nargs_is_read_again(self, tmp_path: Path) -> None:
+        """An older launcher's cache lacks "multiple": the help is parsed again (and the cache rewritten)."""
+        old = flags.parse_help(HELP, "0.32.0", "installed").to_json().replace(', "multiple": false', "")
+        (tmp_path / "vllm-flags-0.32.0.json").write_text(old.replace('"multiple": true', '"x": 1'))
+        calls: list[list[str]] = []
+
+        def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+            calls.append(argv)
+            return subprocess.CompletedProcess(argv, 0, HELP, "")
+
+        catalog = install.installed_catalog(Path("/v/bin/vllm"), "0.32.0", tmp_path, run)
+        assert catalog is not None and catalog.flags["served-model-name"].multiple and 1 == len(calls)

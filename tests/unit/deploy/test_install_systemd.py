@@ -8,13 +8,14 @@ import shutil
 import stat
 import subprocess
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
 from launcher.config.load import load
 from launcher.config.secrets import resolve
 from launcher.deploy.install import main
+from launcher.deploy.systemd_plan import MakeDir, Remove, WriteFile
 from launcher.errors import ConfigError
 from tests.conftest import ROOT
 
@@ -183,3 +184,46 @@ def test_the_installer_needs_only_pyyaml_from_outside_the_standard_library() -> 
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60,
                           check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_relative_paths_become_absolute_at_install(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """systemd runs the unit from /: tiny-cpu's `.venv/bin/vllm`, `.scratch/…` and `.models/…` are resolved
+    against the installer's directory (and said so); a hub id and a bare command stay as written."""
+    monkeypatch.chdir(tmp_path)
+    path = profile(tmp_path, "tiny-cpu", (ROOT / "configs" / "tiny-cpu.yaml").read_text())
+    assert 0 == main([str(path), "--dry-run", "--no-venv"], environ={"VLLM_API_KEY": SECRET})
+    out = capsys.readouterr().out
+    installed = out.split("/etc/vllm-launch/tiny-cpu.yaml <<'EOF'\n")[1].split("\nEOF\n")[0]
+    assert f"model: {tmp_path}/.models/tiny-llama\n" in installed
+    assert f"  vllm_bin: {tmp_path}/.venv/bin/vllm\n" in installed
+    assert f"  log_file: {tmp_path}/.scratch/tiny-cpu/vllm.log\n" in installed
+    assert f"ReadWritePaths=-{tmp_path}/.scratch/tiny-cpu\n" in out
+    assert f"note: launcher.vllm_bin: .venv/bin/vllm → {tmp_path}/.venv/bin/vllm (systemd runs the unit from /)" in out
+    hub = profile(tmp_path, "hub", LOOPBACK.replace("launcher: {", "launcher: {vllm_bin: vllm, "))
+    assert 0 == main([str(hub), "--dry-run", "--no-venv"], environ={})
+    out = capsys.readouterr().out
+    assert "model: Qwen/Qwen3-0.6B\n" in out and "vllm_bin: vllm\n" in out and "note:" not in out
+
+
+def test_uninstall_refuses_a_name_no_unit_can_have(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`a b;c.yaml`: refused in one line (78), never `rm -rf /etc/vllm-launch/a b;c.yaml` printed or run."""
+    code = main([str(profile(tmp_path, "a b;c", LOOPBACK)), "--uninstall", "--dry-run"], environ={})
+    out, err = capsys.readouterr()
+    assert (78, "") == (code, out)
+    assert "--uninstall: the file name 'a b;c' becomes the unit instance vllm-launch@NAME" in err
+
+
+def test_printed_steps_quote_paths_and_keep_the_here_document_closed() -> None:
+    assert "rm -rf '/etc/vllm-launch/a b;c.yaml'" == Remove(PurePosixPath("/etc/vllm-launch/a b;c.yaml")).shell()
+    assert "install -d -m 0755 '/x y'" == MakeDir(PurePosixPath("/x y"), 0o755).shell()
+    step = WriteFile(PurePosixPath("/etc/f"), "a\nEOF\nrm -rf /\n", 0o644)
+    assert "install -D -m 0644 /dev/stdin /etc/f <<'EOF_'\na\nEOF\nrm -rf /\nEOF_" == step.shell()
+
+
+def test_a_path_with_a_newline_never_reaches_the_drop_in(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A newline in HF_HOME would start a directive of its own (ExecStartPre=+… runs as root): refused."""
+    text = LOOPBACK + 'env: {HF_HOME: "/data/hf\\nExecStartPre=+/bin/sh -c id"}\n'
+    assert 78 == main([str(profile(tmp_path, "nl", text)), "--dry-run", "--no-venv"], environ={})
+    out, err = capsys.readouterr()
+    assert "ExecStartPre" not in out and "holds a space or a control character" in err

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from launcher.cli import main
 from launcher.gpu.catalog import GpuSpec
@@ -115,3 +116,37 @@ def test_a_record_keeps_vllms_breakdown_and_its_driver() -> None:
     assert record is calibration.matching([record], "k", "570.124.06")
     assert record is calibration.matching([record], "k")  # `plan --gpu` knows no driver
     assert calibration.matching([record], "k", "550.54.15") is None  # another driver: measure again
+
+
+@pytest.mark.parametrize("bad", [
+    {"utilization": "abc"},
+    {"utilization": 7.0},
+    {"kv_tokens": "180000"},
+    {"available_kv_bytes": True},
+    {"vllm_version": "--trust-remote-code"},
+    {"total_bytes": -1},
+    {"breakdown": ["x"]},
+    {"unknown_field": 1},
+])
+def test_a_tampered_record_is_skipped_with_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str], no_installed_vllm: None,
+                                                     bad: dict[str, Any]) -> None:
+    """calibration.json lives in the state directory, which vLLM can write: a record of the wrong types is
+    skipped (plan falls back to the estimate) instead of a traceback or a prediction from garbage."""
+    from launcher.plan.report import PlanRequest, run_plan
+
+    monkeypatch.setenv("VLLM_LAUNCH_STATE_DIR", str(tmp_path))
+    report = run_plan(PlanRequest("configs/qwen3.yaml", gpu="l40s"))
+    key = calibration.key("l40s", 1, report.version.version, report.profile.model, report.plan.flags)
+    calibration.save(tmp_path / "qwen3", calibration.Measured(key, report.version.version, 0.92, 65536, 180_000,
+                                                               int(8.24 * GIB)))
+    path = tmp_path / "qwen3" / calibration.FILE
+    records = json.loads(path.read_text())
+    records[key].update(bad)
+    records["not a record"] = "abc"
+    path.write_text(json.dumps(records))
+    with capture_logs() as logs:
+        assert {} == calibration.load(tmp_path / "qwen3")
+    assert 2 == len([e for e in logs if e["event"] == "calibration.record_ignored"])
+    assert 0 == main(["plan", "configs/qwen3.yaml", "--gpu", "l40s"])
+    assert "measured on this box" not in capsys.readouterr().out
