@@ -11,6 +11,15 @@ import pytest
 from tests.integration.harness import Launcher, free_port, poll_for
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many real healthy logs served on the first launch (tests/integration/test_healthy_replay.py)."""
+    from tests.integration.test_healthy_replay import HEALTHY, SERVED
+
+    if SERVED:
+        terminalreporter.write_line(f"healthy replay: {len(SERVED)} of {len(HEALTHY)} real healthy logs, from "
+                                    f"{len(set(SERVED.values()))} sources, served on the first launch")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration/" in str(item.fspath):

@@ -192,6 +192,8 @@ class ApiServer:
             if "[shutdown]" in line and self.server is not None:
                 break  # the captured shutdown follows the capture's SIGTERM: we stop replaying there
             emit(self.rewrite(line))
+            if index == self.sc.mark_line:
+                mark("fatal_printed", line=line[:120])
             if self.server is not None and READY_LINE.search(line) and not self.ready:
                 self.became_ready()
             if FATAL.search(line):
@@ -260,7 +262,22 @@ class ApiServer:
         if after == "hang":
             while True:
                 time.sleep(1)
+        if after == "crash":
+            return self.crash()
         return self.serve()
+
+    def crash(self) -> int:
+        """vLLM's start-up failure as the process tree shows it: the engine dies at once (its traceback was the
+        log's end), the API server notices only after linger_s, prints its own lines and exits 1."""
+        if self.engine is not None and self.engine.poll() is None:
+            self.engine_stopped_by_us = True
+            with contextlib.suppress(ProcessLookupError):
+                self.engine.kill()
+            self.engine.wait()
+        mark("engine_exited")
+        self.wake.clear()
+        self.wake.wait(self.sc.linger_s)  # a honoured SIGTERM ends the wait
+        return self.startup_death()
 
 
 def grandchild(kind: bool | str) -> None:

@@ -99,6 +99,8 @@ class Scenario:
     download: Download | None
     completion_s: float = 0.0
     tokens_per_s: float = 200.0
+    linger_s: float = 20.0
+    mark_line: int | None = None
 
     @classmethod
     def from_rule(cls, rule: dict[str, Any]) -> Scenario:
@@ -117,6 +119,8 @@ class Scenario:
             release_delay_s=float(rule.get("release_delay_s", 0.0)),
             progress_bar=_progress_bar(rule.get("progress_bar")), download=_download(rule.get("download")),
             completion_s=float(rule.get("completion_s", 0.0)), tokens_per_s=float(rule.get("tokens_per_s", 200.0)),
+            linger_s=float(rule.get("linger_s", 20.0)),
+            mark_line=int(rule["mark_line"]) if rule.get("mark_line") is not None else None,
         )
 
     def lines(self) -> list[str]:
