@@ -22,10 +22,15 @@ HEALTHY = [log for log in corpus() if log.expected["class"] == "ok" or log.expec
 SERVED: dict[str, str] = {}  # file → source, of every log that served on its first launch
 
 
+def _has(log: RealLog, *words: str) -> bool:
+    text = log.path.read_text(errors="replace")
+    return any(word in text for word in words)
+
+
 def test_the_corpus_has_healthy_logs_with_scary_lines() -> None:
-    scary = [log for log in HEALTHY if any(word in log.path.read_text(errors="replace")
-                                           for word in ("ERROR", "Traceback", "Error:"))]
-    assert len(HEALTHY) >= 60 and len(scary) >= 30, (len(HEALTHY), len(scary))
+    errors = [log for log in HEALTHY if _has(log, "ERROR", "Traceback", "Error:")]
+    scary = [log for log in HEALTHY if _has(log, "ERROR", "Traceback", "Error", "WARNING", "Warning")]
+    assert len(HEALTHY) >= 60 and len(scary) >= 60 and len(errors) >= 18, (len(HEALTHY), len(scary), len(errors))
 
 
 @pytest.mark.parametrize("log", HEALTHY, ids=[log.file for log in HEALTHY])
