@@ -1,9 +1,9 @@
 """Decision latency over the real failure logs of the corpus: from the line that accuses to the next decision.
 
 Each real failure log of tests/data/logs/real/ (every class but ok and unknown) is replayed by the fake vLLM
-(tests/fakes/vllm) as a start-up that fails the way vLLM's process tree does: the engine dies when the log
-ends, and the API server prints its own death lines and exits only `--linger` seconds later (vLLM 0.32 on
-this box: 1–20 s). `vllm-launch up` must act on the line once the process confirms it: the next attempt's
+(tests/fakes/vllm) as a start-up that fails the way vLLM 0.32's process tree does: the engine dies when the
+log ends, the API server's engine monitor prints its death lines at once, and the process exits only
+`--linger` seconds later (20 s measured on this box). `vllm-launch up` must act on the line once the process confirms it: the next attempt's
 spawn, or its exit for a failure no retry fixes. The baseline, measured in the same run on the same logs, is
 a supervisor that waits for vLLM's exit before it decides. Goal: p95 <= 1.5 s.
 

@@ -267,17 +267,19 @@ class ApiServer:
         return self.serve()
 
     def crash(self) -> int:
-        """vLLM's start-up failure as the process tree shows it: the engine dies at once (its traceback was the
-        log's end), the API server notices only after linger_s, prints its own lines and exits 1."""
+        """vLLM 0.32's start-up failure as the process tree shows it: the engine dies at once (its traceback was
+        the log's end); the API server's engine monitor prints "died unexpectedly" and "Engine core initialization
+        failed" within moments, then takes linger_s to shut down before it exits 1."""
         if self.engine is not None and self.engine.poll() is None:
             self.engine_stopped_by_us = True
             with contextlib.suppress(ProcessLookupError):
                 self.engine.kill()
             self.engine.wait()
         mark("engine_exited")
+        code = self.startup_death()
         self.wake.clear()
         self.wake.wait(self.sc.linger_s)  # a honoured SIGTERM ends the wait
-        return self.startup_death()
+        return code
 
 
 def grandchild(kind: bool | str) -> None:
