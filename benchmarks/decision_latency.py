@@ -3,9 +3,10 @@
 Each real failure log of tests/data/logs/real/ (every class but ok and unknown) is replayed by the fake vLLM
 (tests/fakes/vllm) as a start-up that fails the way vLLM 0.32's process tree does: the engine dies when the
 log ends, the API server's engine monitor prints its death lines at once, and the process exits only
-`--linger` seconds later (20 s measured on this box). `vllm-launch up` must act on the line once the process confirms it: the next attempt's
-spawn, or its exit for a failure no retry fixes. The baseline, measured in the same run on the same logs, is
-a supervisor that waits for vLLM's exit before it decides. Goal: p95 <= 1.5 s.
+`--linger` seconds later (20 s measured on this box). `vllm-launch up` must act on the line once the process
+confirms it: the next attempt's spawn, or its exit for a failure no retry fixes. The baseline, measured in
+the same run on the same logs, is a supervisor that waits for vLLM's exit before it decides.
+Goal: p95 <= 1.5 s.
 
     .venv/bin/python benchmarks/decision_latency.py [--logs 40] [--linger 20] [--verbose]
 """

@@ -88,8 +88,26 @@ def diagnosis_text(d: Diagnosis, remedy: str, source: str) -> str:
     for key, value in d.numbers.items():
         shown = ", ".join(value) if key == "valid_tool_parsers" else value
         rows.append((key, f"{shown:,}" if isinstance(shown, int) and not isinstance(shown, bool) else str(shown)))
+    if d.evidence and d.cls != "ok":
+        rows.append(("evidence", _EVIDENCE.get(d.evidence, d.evidence)))
+    for warning in d.warnings:
+        rows.append(("survived", warning[:300]))
     rows.append(("remedy", remedy))
     return f"Diagnosis of {source}\n{_rows(rows)}"
+
+
+# How the verdict was reached (Diagnosis.evidence), in words.
+_EVIDENCE = {
+    "traceback": "a traceback ends in this failure",
+    "same_class": "a later line of the same failure",
+    "engine_start_failed": "vLLM's own line that the engine failed to start",
+    "accused": "the log ends on this line (live, the launcher waits for the process to confirm it)",
+    "log_end": "the log ends in this exception",
+    "no_startup": "error lines and no sign that vLLM started",
+    "exit": "vLLM exited after the line",
+    "engine_exited": "vLLM's engine exited after the line",
+    "no_progress": "no progress within launcher.confirm_window after the line",
+}
 
 
 def preflight_text(result: PreflightResult) -> str:

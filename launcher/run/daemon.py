@@ -252,8 +252,7 @@ def _shutdown(session: Session, why: str) -> int:
     session.serving = False
     session.store.update(phase="stopped", stopped_at=time.time())
     log.info("shutdown.complete", seconds=round(time.monotonic() - started, 2),
-             returncode=report.returncode if report else None,
-             leftovers=list(report.leftovers) if report else [])
+             **(report.to_log() if report else {"returncode": None, "leftovers": []}))
     return EX_OK
 
 

@@ -92,6 +92,20 @@ class StopReport:
     returncode: int | None
     killed: tuple[int, ...]
     leftovers: tuple[str, ...]  # "pid name" of anything still alive after the stop
+    # The stop's own clock, so that a test (or an operator) can tell a drained exit from an escalation at the
+    # deadline without timing it from outside: seconds after the SIGTERM.
+    grace_s: float = 0.0
+    leader_exited_after_s: float | None = None  # vLLM's API server was gone this long after the SIGTERM …
+    escalated_after_s: float | None = None  # … or it was still alive at the deadline: SIGKILL this long after
+
+    def to_log(self) -> dict[str, Any]:
+        return {"returncode": self.returncode, "leftovers": list(self.leftovers), "grace_s": self.grace_s,
+                "leader_exited_after_s": _rounded(self.leader_exited_after_s),
+                "escalated_after_s": _rounded(self.escalated_after_s)}
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
 
 
 def set_child_subreaper() -> bool:
@@ -148,10 +162,16 @@ def stop_tree(child: Child, grace_s: float, *, tick: Callable[[], None] = lambda
     child.pump.expect_shutdown()
     child.remember_descendants()
     popen = child.popen
+    termed = time.monotonic()
+    exited_after: float | None = 0.0 if popen.poll() is not None else None
+    escalated_after: float | None = None
     if popen.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             popen.send_signal(signal.SIGTERM)
-        _wait_until(lambda: popen.poll() is not None, grace_s, tick)
+        if _wait_until(lambda: popen.poll() is not None, grace_s, tick):
+            exited_after = time.monotonic() - termed
+        else:
+            escalated_after = time.monotonic() - termed  # the deadline passed: the group is killed below
     if popen.poll() is not None:
         # The leader is gone: its engine shuts down too (SIGKILL now would leave /dev/shm segments). An
         # engine orphaned by a leader that died unasked is told to, with the SIGTERM vLLM handles.
@@ -173,7 +193,7 @@ def stop_tree(child: Child, grace_s: float, *, tick: Callable[[], None] = lambda
     reap_orphans(popen)
     child.pump.join(timeout=2.0)
     leftovers = tuple(f"{p.pid} {name_of(p)}" for p in remembered(child.known) + in_session(child.pgid))
-    return StopReport(popen.returncode, tuple(sorted(set(killed))), leftovers)
+    return StopReport(popen.returncode, tuple(sorted(set(killed))), leftovers, grace_s, exited_after, escalated_after)
 
 
 def _wait_until(done: Callable[[], bool], seconds: float, tick: Callable[[], None]) -> bool:

