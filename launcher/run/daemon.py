@@ -275,7 +275,7 @@ def _up_in_container(profile_path: str | None, sets: tuple[str, ...], inventory_
                 if stop.is_set():
                     return EX_OK
                 failure = container.Failure(str(exc), exc.exit_code)
-                page_host, page_port = container.page_address(host, port)
+                page_host, page_port = container.page_address(host, port, os.environ)
                 if container.stay_up(failure, stop, page_host, page_port, None if failure.permanent else delay):
                     return EX_OK
                 delay = min(delay * 2, container.RETRY_S[1])
