@@ -7,7 +7,8 @@ most `--hold` open at a time (the oldest is closed beyond that). While it floods
 and over, one after the other (`--probes` times without the flood, for the baseline). Everything is
 bounded: the flood stops after its connections (or MAX_FLOOD_S), the probes with it, and the page process
 is stopped at the end. Goal: every /health answered during
-the flood, p95 ≤ 1 s; the page's threads at most its cap plus a few.
+the flood, p95 ≤ 1 s; the page's threads at most its cap plus a few (it prints their peak and the
+page process's peak RSS).
 
     .venv/bin/python benchmarks/page_flood.py [--connections 5000] [--hold 1000] [--probes 50]
 """
@@ -101,6 +102,15 @@ def threads_of(pid: int) -> int:
         return -1
 
 
+def rss_mb(pid: int) -> float:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return -1.0
+    kib = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), -1)
+    return round(kib / 1024, 1)
+
+
 def summary(latencies: list[float | None]) -> dict[str, float | int | None]:
     answered = sorted(x for x in latencies if x is not None)
     p95 = answered[min(len(answered) - 1, round(0.95 * (len(answered) - 1)))] if answered else None
@@ -125,7 +135,7 @@ def main() -> int:
         quiet = probe(port, args.probes)
         done = threading.Event()
         flooded: list[int] = []
-        peak = 0
+        peak, rss_peak = 0, 0.0
         flooder = threading.Thread(target=lambda: flooded.append(flood(port, args.connections, args.hold, done)))
         flooder.start()
         time.sleep(0.5)  # the flood is under way before the first probe
@@ -134,6 +144,7 @@ def main() -> int:
         while flooder.is_alive() and time.monotonic() < give_up:  # probes for as long as the flood lasts
             during.extend(probe(port, 1))
             peak = max(peak, threads_of(page.pid))
+            rss_peak = max(rss_peak, rss_mb(page.pid))
         done.set()
         flooder.join()
         quiet_s, flood_s = summary(quiet), summary(during)
@@ -141,10 +152,14 @@ def main() -> int:
     finally:
         page.terminate()
         page.wait(timeout=30)
-    ratio = (flood_s["p50_ms"] / quiet_s["p50_ms"]) if flood_s["p50_ms"] and quiet_s["p50_ms"] else None
+    def ratio(key: str) -> float | None:
+        during_ms, quiet_ms = flood_s[key], quiet_s[key]
+        return round(during_ms / quiet_ms, 2) if during_ms is not None and quiet_ms else None
+
     print(json.dumps({"connections_opened": flooded[0] if flooded else 0, "hold": args.hold,
-                      "page_threads_peak": peak, "health_without_flood": quiet_s, "health_during_flood": flood_s,
-                      "p50_ratio_flood_over_quiet": None if ratio is None else round(ratio, 2),
+                      "page_threads_peak": peak, "page_rss_peak_mb": rss_peak,
+                      "health_without_flood": quiet_s, "health_during_flood": flood_s,
+                      "p50_ratio_flood_over_quiet": ratio("p50_ms"), "p95_ratio_flood_over_quiet": ratio("p95_ms"),
                       "health_after_flood_ms": None if after_s is None else round(after_s * 1000, 2),
                       "unanswered_because": sorted(set(FAILURES))}, indent=2))
     ok = (flood_s["answered"] == flood_s["probes"] and flood_s["p95_ms"] is not None and flood_s["p95_ms"] <= 1000

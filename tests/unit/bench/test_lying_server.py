@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from launcher.bench import command, runner
+from launcher.bench import command, runner, scrape
 from launcher.bench.client import Server, ServerError
 from launcher.bench.workload import Settings
 from tests.integration.harness import free_port
@@ -211,3 +211,14 @@ def test_a_model_list_with_names_that_are_no_names_is_one_line(liar: LyingServer
     with pytest.raises(ServerError) as error:
         Server(url_of(liar), KEY).served("tiny")
     assert error.value.exit_code == 2 and "not an OpenAI model list" in str(error.value)
+
+
+def test_server_counters_that_cannot_be_are_not_reported() -> None:
+    """More hits than queries, a counter that went down (a restart between the samples): null, not a figure."""
+    before = {"vllm:prefix_cache_hits_total": 0.0, "vllm:prefix_cache_queries_total": 0.0,
+              "vllm:num_preemptions_total": 9.0}
+    after = {"vllm:prefix_cache_hits_total": 20.0, "vllm:prefix_cache_queries_total": 10.0,
+             "vllm:num_preemptions_total": 2.0}
+    counters = scrape.counters(before, after, 0.5)
+    assert (counters.prefix_cache_hit_rate, counters.preemptions, counters.kv_cache_usage_max) == (None, None, 0.5)
+    assert {} == scrape.parse("vllm:kv_cache_usage_perc NaN\nvllm:num_preemptions_total -Inf\n")
