@@ -12,6 +12,7 @@ deadline however the server keeps it alive (chunks, SSE pings).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import threading
@@ -189,8 +190,10 @@ class Server:
                 conn.close()
                 return RequestResult(False, error=f"http_{response.status}"), ""
             result = _read_stream(response, reader, start, max_tokens)
-            if reader.drained(response):  # the rest of the body, so the connection can carry the next request
-                self._kept.conn = conn  # keep-alive per user thread, as an HTTP client session would
+            # the rest of the body, so the connection can carry the user's next request; the answer stands
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                if reader.drained(response):
+                    self._kept.conn = conn  # keep-alive per user thread, as an HTTP client session would
             return result
         except TimeoutError:
             return RequestResult(False, error=late), ""
@@ -203,7 +206,6 @@ class Server:
         finally:
             if self._kept.conn is not conn:
                 conn.close()
-
 
 class _Reader:
     """The socket's timeout set to what is left before the limit, before every read: a server that trickles
@@ -224,9 +226,10 @@ class _Reader:
         self.arm()
         return response.read1(65536)
 
-    def drained(self, response: http.client.HTTPResponse, most: int = 65536) -> bool:
-        """Reads what follows the stream's end, up to `most` bytes; False when more comes (then the
-        connection is not kept)."""
+    def drained(self, response: http.client.HTTPResponse, most: int = 65536, within_s: float = 1.0) -> bool:
+        """Reads what follows the stream's end, up to `most` bytes within `within_s` (vLLM ends the body at
+        once); False when more comes (then the connection is not kept)."""
+        self.limit = min(self.limit, time.perf_counter() + within_s)
         taken = 0
         while taken <= most:
             data = self.read(response)

@@ -71,7 +71,7 @@ class Liar(Handler):
             self.end_headers()
             self.wfile.write(data)
             return None
-        if self.path != "/v1/chat/completions" or self.mode not in (*STREAMS, "endless", "pings", "huge"):
+        if self.path != "/v1/chat/completions" or self.mode not in (*STREAMS, "endless", "pings", "huge", "after_done"):
             return super().do_POST()
         self.rfile.read(int(self.headers["Content-Length"]))
         self.send_response(200)
@@ -90,6 +90,13 @@ class Liar(Handler):
 
         if self.mode in STREAMS:
             yield from map(event, STREAMS[self.mode])
+        elif self.mode == "after_done":  # a whole answer, then pings inside the same body for ENDLESS_S
+            yield from map(event, [ROLE, TOKEN, USAGE])
+            yield b"data: [DONE]\n\n"
+            ends = time.monotonic() + ENDLESS_S
+            while time.monotonic() < ends:
+                time.sleep(0.02)
+                yield b": ping\n\n"
         elif self.mode == "huge":  # 10 MiB of content for a 3-token answer, as fast as it goes
             yield event(ROLE)
             big = event({"choices": [{"delta": {"content": "x" * 65536}}]})
@@ -222,3 +229,11 @@ def test_server_counters_that_cannot_be_are_not_reported() -> None:
     counters = scrape.counters(before, after, 0.5)
     assert (counters.prefix_cache_hit_rate, counters.preemptions, counters.kv_cache_usage_max) == (None, None, 0.5)
     assert {} == scrape.parse("vllm:kv_cache_usage_perc NaN\nvllm:num_preemptions_total -Inf\n")
+
+
+def test_an_answer_that_ends_but_whose_body_does_not_stands_and_the_connection_is_dropped(liar: LyingServer) -> None:
+    liar.mode = "after_done"
+    server = Server(url_of(liar), KEY)
+    result, text = server.chat("tiny", [{"role": "user", "content": "hi"}], max_tokens=3)
+    assert result.ok and text == "a" and result.output_tokens == 1
+    assert server._kept.conn is None  # what follows [DONE] never ended: this connection cannot carry another
