@@ -3,10 +3,16 @@
 Straight to the server, never through a proxy (a proxy would receive the API key and skew the timing).
 A streamed chat is timed as `vllm bench serve` times it: TTFT at the first chunk with choices, an ITL for
 every later one, the end at the last token chunk, output tokens from the final usage chunk.
+
+Every reply is checked before it is used: a JSON answer of the wrong shape is a one-line error (exit 2),
+a stream chunk of the wrong shape or an impossible usage (negative, not a count, more tokens than asked)
+fails that request with its kind. What one answer may buffer is bounded, and a stream is cut at its
+deadline however the server keeps it alive (chunks, SSE pings).
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import threading
@@ -19,6 +25,24 @@ from typing import Any
 from launcher.bench.stats import RequestResult
 
 Message = Mapping[str, str]
+
+MAX_BODY = 16 * 2**20  # a JSON answer or /metrics page larger than this is not vLLM's
+MAX_STREAM = 8 * 2**20  # the bytes one streamed answer may send, at least (a token's chunk is ~250 B)
+STREAM_BYTES_PER_TOKEN = 4096  # and per output token asked for, beyond that
+MAX_COUNT = 10**9  # no tokenizer count or usage field is larger
+
+
+class BadReply(Exception):
+    """A streamed answer that breaks the protocol; `kind` is the failed request's error."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+def count(value: object) -> int | None:
+    """A token count as a server may send it: an int from 0 to MAX_COUNT (a bool is no count); else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT else None
 
 
 class ServerError(Exception):
@@ -67,12 +91,16 @@ class Server:
             conn.request(method, path, json.dumps(body).encode() if body is not None else None,
                          self._headers(body is not None))
             response = conn.getresponse()
-            return response.status, response.read()
+            data = response.read(MAX_BODY + 1)
         except (OSError, http.client.HTTPException) as exc:
             raise ServerError(f"{self.base_url}{path}: no answer ({exc}); is the server up? "
                               "(`vllm-launch status`)", 2) from None
         finally:
             conn.close()
+        if len(data) > MAX_BODY:
+            raise ServerError(f"{self.base_url}{path}: answered more than {MAX_BODY // 2**20} MiB; "
+                              "is this a vLLM server?", 2)
+        return response.status, data
 
     def served(self, model: str | None) -> Served:
         """The model to send requests to, checked against /v1/models (401 → the key; absent → the names)."""
@@ -84,6 +112,8 @@ class Server:
             raise ServerError(f"{self.base_url}/v1/models: HTTP {status}; is this a vLLM server?", 2)
         try:
             listed = {m["id"]: m for m in json.loads(body)["data"]}
+            if not all(isinstance(name, str) for name in listed):
+                raise TypeError
         except (ValueError, KeyError, TypeError):
             raise ServerError(f"{self.base_url}/v1/models: not an OpenAI model list; is this a vLLM server?", 2) from None
         if model is None:
@@ -93,15 +123,16 @@ class Server:
         if model not in listed:
             raise ServerError(f"model {model!r} is not served at {self.base_url} (it serves "
                               f"{', '.join(sorted(listed))}); pass --model with one of those", 78)
-        length = listed[model].get("max_model_len")
-        return Served(model, length if isinstance(length, int) else None)
+        length = listed[model].get("max_model_len") if isinstance(listed[model], dict) else None
+        return Served(model, count(length) or None)
 
     def version(self) -> str | None:
         try:
             status, body = self.call("GET", "/version", timeout=5)
-            return str(json.loads(body).get("version")) if status == 200 else None
+            version = json.loads(body).get("version") if status == 200 else None
         except (ServerError, ValueError, AttributeError):
             return None
+        return version if isinstance(version, str) and 0 < len(version) <= 64 else None
 
     def metrics_text(self) -> str:
         try:
@@ -121,11 +152,22 @@ class Server:
         if status != 200:
             raise ServerError(f"{self.base_url}/tokenize: HTTP {status} ({data[:200]!r}); the benchmark sizes its "
                               "prompts with the server's own tokenizer", 2)
-        return int(json.loads(data)["count"])
+        try:
+            answer = json.loads(data)
+        except ValueError:
+            answer = None
+        tokens = count(answer.get("count")) if isinstance(answer, dict) else None
+        if tokens is None:
+            raise ServerError(f"{self.base_url}/tokenize: answered {data[:80]!r}, not {{\"count\": N}} with N a token "
+                              "count; the benchmark sizes its prompts with the server's own tokenizer: is this a "
+                              "vLLM server?", 2)
+        return tokens
 
     def chat(self, model: str, messages: Sequence[Message], *, max_tokens: int, ignore_eos: bool = False,
-             temperature: float = 0.0) -> tuple[RequestResult, str]:
-        """One streamed chat completion, timed; never raises (a failure is a result with its error kind)."""
+             temperature: float = 0.0, deadline: float | None = None) -> tuple[RequestResult, str]:
+        """One streamed chat completion, timed; never raises (a failure is a result with its error kind).
+        It ends by `deadline` (time.perf_counter) at the latest (error `deadline`), and by `timeout_s` after
+        it started (error `timeout`), however the server keeps the stream going."""
         body: dict[str, Any] = {"model": model, "messages": list(map(dict, messages)), "max_completion_tokens": max_tokens,
                                 "stream": True, "stream_options": {"include_usage": True}, "temperature": temperature}
         if ignore_eos:
@@ -133,19 +175,30 @@ class Server:
         conn = self._kept.conn if getattr(self._kept, "conn", None) is not None else self._connection(self.timeout_s)
         self._kept.conn = None
         start = time.perf_counter()
+        limit = start + self.timeout_s if deadline is None else min(start + self.timeout_s, deadline)
+        late = "deadline" if deadline is not None and deadline < start + self.timeout_s else "timeout"
         try:
+            if limit <= start:
+                return RequestResult(False, error=late), ""
+            conn.timeout = limit - start  # the connect, when the connection is new
             conn.request("POST", "/v1/chat/completions", json.dumps(body).encode(), self._headers(True))
+            reader = _Reader(conn, limit)
+            reader.arm()
             response = conn.getresponse()
             if response.status != 200:
-                response.read()
+                response.read(MAX_BODY)
                 conn.close()
                 return RequestResult(False, error=f"http_{response.status}"), ""
-            result = _read_stream(response, start)
-            response.read()  # the rest of the body, so the connection can carry the user's next request
-            self._kept.conn = conn  # keep-alive per user thread, as an HTTP client session would
+            result = _read_stream(response, reader, start, max_tokens)
+            # the rest of the body, so the connection can carry the user's next request; the answer stands
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                if reader.drained(response):
+                    self._kept.conn = conn  # keep-alive per user thread, as an HTTP client session would
             return result
         except TimeoutError:
-            return RequestResult(False, error="timeout"), ""
+            return RequestResult(False, error=late), ""
+        except BadReply as exc:
+            return RequestResult(False, error=exc.kind), ""
         except (OSError, http.client.HTTPException):
             return RequestResult(False, error="connection"), ""
         except (ValueError, KeyError, TypeError, IndexError):
@@ -154,21 +207,58 @@ class Server:
             if self._kept.conn is not conn:
                 conn.close()
 
+class _Reader:
+    """The socket's timeout set to what is left before the limit, before every read: a server that trickles
+    (pings, an endless stream) is cut at the limit, not at the socket timeout after its last byte."""
 
-def _read_stream(response: http.client.HTTPResponse, start: float) -> tuple[RequestResult, str]:
+    def __init__(self, conn: http.client.HTTPConnection, limit: float) -> None:
+        self.conn = conn
+        self.limit = limit
+
+    def arm(self) -> None:
+        left = self.limit - time.perf_counter()
+        if left <= 0:
+            raise TimeoutError
+        if self.conn.sock is not None:
+            self.conn.sock.settimeout(left)
+
+    def read(self, response: http.client.HTTPResponse) -> bytes:
+        self.arm()
+        return response.read1(65536)
+
+    def drained(self, response: http.client.HTTPResponse, most: int = 65536, within_s: float = 1.0) -> bool:
+        """Reads what follows the stream's end, up to `most` bytes within `within_s` (vLLM ends the body at
+        once); False when more comes (then the connection is not kept)."""
+        self.limit = min(self.limit, time.perf_counter() + within_s)
+        taken = 0
+        while taken <= most:
+            data = self.read(response)
+            if not data:
+                return True
+            taken += len(data)
+        return False
+
+
+def _read_stream(response: http.client.HTTPResponse, reader: _Reader, start: float, max_tokens: int
+                 ) -> tuple[RequestResult, str]:
     """Server-sent events as they arrive: each read takes what the socket holds (never waiting for a full
-    buffer), and every message in it is stamped with the time it arrived."""
+    buffer), and every message in it is stamped with the time it arrived. At most MAX_STREAM bytes (more
+    for a long answer) are read."""
+    budget = max(MAX_STREAM, max_tokens * STREAM_BYTES_PER_TOKEN)
+    received = 0
     first = False
     ttft = 0.0
     last = start
     gaps: list[float] = []
     text: list[str] = []
-    output_tokens = input_tokens = 0
-    cached: int | None = None
+    usage: tuple[int, int, int | None] | None = None
     pending = b""
     finished = False
-    while not finished and (data := response.read1(65536)):
+    while not finished and (data := reader.read(response)):
         now = time.perf_counter()
+        received += len(data)
+        if received > budget:
+            raise BadReply("too_large")
         lines = (pending + data).split(b"\n")
         pending = lines.pop()
         for line in lines:
@@ -179,20 +269,47 @@ def _read_stream(response: http.client.HTTPResponse, start: float) -> tuple[Requ
             if chunk == "[DONE]":
                 finished = True
                 break
-            event = json.loads(chunk)
-            if choices := event.get("choices"):
+            content, chunk_usage = _event(json.loads(chunk), max_tokens)
+            if content is not None:
                 if not first:
                     first, ttft = True, now - start
                 else:
                     gaps.append(now - last)
-                text.append(choices[0].get("delta", {}).get("content") or "")
+                text.append(content)
                 last = now
-            elif usage := event.get("usage"):
-                output_tokens = int(usage.get("completion_tokens") or 0)
-                input_tokens = int(usage.get("prompt_tokens") or 0)
-                details = usage.get("prompt_tokens_details") or {}
-                cached = details.get("cached_tokens") if isinstance(details, dict) else None
+            usage = chunk_usage or usage
     if not first:
         return RequestResult(False, error="no_tokens"), ""
+    if usage is None:
+        return RequestResult(False, error="no_usage"), ""  # asked for with include_usage: tokens/s needs it
+    input_tokens, output_tokens, cached = usage
     return RequestResult(True, ttft_s=ttft, latency_s=last - start, itl_s=tuple(gaps), input_tokens=input_tokens,
                          output_tokens=output_tokens, cached_tokens=cached), "".join(text)
+
+
+def _event(event: object, max_tokens: int) -> tuple[str | None, tuple[int, int, int | None] | None]:
+    """(the content of a chunk with choices, else None; the usage it carries, else None), checked: a chunk
+    of the wrong shape is `bad_stream`, an impossible usage `bad_usage`."""
+    if not isinstance(event, dict):
+        raise BadReply("bad_stream")
+    content: str | None = None
+    if choices := event.get("choices"):
+        if not isinstance(choices, list) or not isinstance(choices[0], dict):
+            raise BadReply("bad_stream")
+        delta = choices[0].get("delta")
+        if not isinstance(delta, dict | None) or not isinstance(piece := (delta or {}).get("content"), str | None):
+            raise BadReply("bad_stream")
+        content = piece or ""
+    usage = event.get("usage")
+    if usage is None:
+        return content, None
+    if not isinstance(usage, dict):
+        raise BadReply("bad_stream")
+    prompt, completion = count(usage.get("prompt_tokens")), count(usage.get("completion_tokens"))
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if prompt is None or completion is None or completion > max_tokens:
+        raise BadReply("bad_usage")
+    if cached is not None and (count(cached) is None or cached > prompt):
+        raise BadReply("bad_usage")
+    return content, (prompt, completion, cached)

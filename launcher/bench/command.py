@@ -8,7 +8,6 @@ against each.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -105,7 +104,7 @@ def measure(target: Target, settings: Settings, model: str | None = None) -> tup
 
 
 def _print(doc: Mapping[str, Any], as_json: bool) -> None:
-    print(json.dumps(doc, indent=2) if as_json else report.text(doc))
+    print(report.to_json(doc) if as_json else report.text(doc))
 
 
 class LiveLine:
@@ -148,8 +147,8 @@ def _compare(target: Target, profile: Profile, spec: str, settings: Settings, mo
         runs.append((label, run))
     table, ratios = report.compare(docs["prefix caching on"], docs["prefix caching off"])
     if as_json:
-        print(json.dumps({"with_prefix_caching": docs["prefix caching on"],
-                          "without_prefix_caching": docs["prefix caching off"], "ratios": ratios}, indent=2))
+        print(report.to_json({"with_prefix_caching": docs["prefix caching on"],
+                              "without_prefix_caching": docs["prefix caching off"], "ratios": ratios}))
     else:
         print(table)
     if plot_path:

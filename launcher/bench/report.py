@@ -4,6 +4,8 @@ side-by-side of `--compare prefix-caching`, and the optional `--plot`."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,22 @@ def document(run: Run, *, target: str, model: str, vllm_version: str | None, set
         "kv_cache_usage_max": run.counters.kv_cache_usage_max, "preemptions": run.counters.preemptions,
         "duration_s": t.duration_s, "interrupted": run.interrupted,
     }
+
+
+def to_json(doc: object) -> str:
+    """The document as strict JSON: a number that is not finite becomes null (never NaN or Infinity, which
+    JSON has not)."""
+    return json.dumps(_finite(doc), indent=2, allow_nan=False)
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _ms(stat: Mapping[str, float]) -> str:

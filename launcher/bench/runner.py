@@ -1,7 +1,9 @@
 """Drive the workload: size the prompts, warm up, then every user's conversation in its own thread, timed.
 
 Ctrl-C stops the run and keeps what was measured: the users stop after their request in flight (which is
-not counted), and the duration ends at the interrupt.
+not counted), and the duration ends at the interrupt. With --duration a request in flight at the end may
+finish within DRAIN_S; a stream still going then is cut and counted as failed (`deadline`). A user thread
+that dies of an error voids the run (RunFailed): its numbers would be missing, not zero.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from launcher.bench import scrape
-from launcher.bench.client import Server
+from launcher.bench.client import Server, ServerError
 from launcher.bench.stats import RequestResult
 from launcher.bench.workload import Conversation, Settings, TextMaker, turns_that_fit, user_rng, words
 
@@ -44,6 +46,14 @@ class Run:
 # --duration: each user's pool holds this many conversations' worth of turns (then it cycles, and a repeated
 # conversation can hit the prefix cache); --turns: exactly one text per turn, never repeated.
 POOL_CONVERSATIONS = 4
+DRAIN_S = 60.0  # --duration: how long past the end a request in flight may still stream
+
+
+class RunFailed(ServerError):
+    """A user thread died of an error: the run measured less than it says, so it reports nothing."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 1)
 
 
 def prepare(server: Server, model: str, settings: Settings, context: int) -> Prepared:
@@ -85,8 +95,16 @@ def run(server: Server, prepared: Prepared, settings: Settings, *, on_result: Pr
             snapshot = list(results)
         on_result(snapshot)
 
-    threads = [threading.Thread(target=_user, name=f"bench-user-{u}", daemon=True,
-                                args=(server, prepared, settings, u, stop, deadline, record))
+    died: list[str] = []
+
+    def user(index: int) -> None:
+        try:
+            _user(server, prepared, settings, index, stop, deadline, record)
+        except BaseException as exc:  # any death of a user voids the run, reported below
+            died.append(f"user {index} stopped on {type(exc).__name__}: {str(exc)[:200]}")
+            stop.set()  # the others stop too: the run is void
+
+    threads = [threading.Thread(target=user, name=f"bench-user-{u}", daemon=True, args=(u,))
                for u in range(settings.users)]
     for thread in threads:
         thread.start()
@@ -100,6 +118,8 @@ def run(server: Server, prepared: Prepared, settings: Settings, *, on_result: Pr
         stop.set()
     duration = time.perf_counter() - started
     counters = sampler.finish()
+    if died:
+        raise RunFailed(f"the run is void: {died[0]}" + (f" (and {len(died) - 1} more)" if len(died) > 1 else ""))
     with lock:
         return Run(list(results), counters, duration, interrupted or stop.is_set())
 
@@ -123,7 +143,8 @@ def _user(server: Server, prepared: Prepared, settings: Settings, user: int, sto
                 break  # the history reached --context: a new conversation starts
             chat.messages.append({"role": "user", "content": pool[done % len(pool)]})
             result, text = server.chat(prepared.model, chat.messages, max_tokens=settings.max_tokens,
-                                       ignore_eos=settings.ignore_eos, temperature=settings.temperature)
+                                       ignore_eos=settings.ignore_eos, temperature=settings.temperature,
+                                       deadline=None if deadline is None else deadline + DRAIN_S)
             if stop.is_set():
                 return  # interrupted in flight: not counted
             record(result)

@@ -1,8 +1,11 @@
 """vLLM's own Prometheus metrics during a run: the prefix-cache hit rate (counter deltas), the peak KV-cache
-usage and preemptions. Names differ per vLLM version; the newest is read first."""
+usage and preemptions. Names differ per vLLM version; the newest is read first. A sample that is not a
+finite number is skipped, and a figure that cannot be (a rate or usage outside 0-1, a counter that went
+down) is reported as null: a server that lies does not get a number."""
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -26,9 +29,11 @@ def parse(text: str, wanted: tuple[str, ...] = WANTED) -> dict[str, float]:
             continue
         name = line.split("{", 1)[0].split(" ", 1)[0]
         try:
-            found[name] = found.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+            value = float(line.rsplit(" ", 1)[1])
         except (IndexError, ValueError):
             continue
+        if math.isfinite(value):  # NaN, +Inf: no figure to add up
+            found[name] = found.get(name, 0.0) + value
     return found
 
 
@@ -53,7 +58,8 @@ class Sampler(threading.Thread):
         self.done = threading.Event()
         self.start_values = parse(fetch())
         self.last_values = self.start_values
-        self.kv_max: float | None = first(self.start_values, KV_USAGE)
+        usage = first(self.start_values, KV_USAGE)
+        self.kv_max: float | None = usage if usage is not None and 0.0 <= usage <= 1.0 else None
 
     def run(self) -> None:
         while not self.done.wait(self.interval_s):
@@ -65,7 +71,7 @@ class Sampler(threading.Thread):
             return
         self.last_values = values
         usage = first(values, KV_USAGE)
-        if usage is not None:
+        if usage is not None and 0.0 <= usage <= 1.0:
             self.kv_max = usage if self.kv_max is None else max(self.kv_max, usage)
 
     def finish(self) -> ServerCounters:
@@ -80,9 +86,11 @@ def counters(before: Mapping[str, float], after: Mapping[str, float], kv_max: fl
     rate = round(hits / queries, 4) if hits is not None and queries else None
     if rate is None and (gauge := first(after, HIT_RATE_GAUGE)) is not None:
         rate = round(gauge, 4)
+    if rate is not None and not 0.0 <= rate <= 1.0:
+        rate = None  # more hits than queries, or a counter that went down
     preempted = _delta(before, after, PREEMPTIONS)
     return ServerCounters(rate, round(kv_max, 4) if kv_max is not None else None,
-                          int(preempted) if preempted is not None else None)
+                          int(preempted) if preempted is not None and preempted >= 0 else None)
 
 
 def _delta(before: Mapping[str, float], after: Mapping[str, float], names: tuple[str, ...]) -> float | None:

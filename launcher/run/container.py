@@ -7,17 +7,29 @@ and the profile's port answers `/health` with 503 and `/` with a plain page givi
 and the fix, which the operator sees at the pod's public URL. A failure a later try may fix
 (exit 75) shows the same page while it waits, then tries again with backoff. SIGTERM ends it
 with exit 0.
+
+The page's address: `VLLM_LAUNCH_HOST` / `VLLM_LAUNCH_PORT` from the pod's environment when set, else the
+profile's host and port when the profile loaded, else 0.0.0.0:8000 (vLLM's default port, the one the
+image publishes); the log says which. The page is on a public URL, so it is bounded: at most
+`MAX_CONNECTIONS` connections at once, each with `READ_TIMEOUT_S` to send its request; at the cap the
+oldest connection still sending its request is dropped, so a flood of half-sent requests cannot keep
+`/health` from answering.
 """
 
 from __future__ import annotations
 
+import contextlib
 import html
 import os
+import select
+import socket
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -28,6 +40,10 @@ log = structlog.get_logger("vllm_launch")
 REPEAT_S = 60.0  # how often a pod that stays up repeats why
 RETRY_S = (60.0, 900.0)  # the backoff between tries after a failure a later try may fix
 WORKSPACE = Path("/workspace")
+MAX_CONNECTIONS = 32  # the page's handler threads at most
+READ_TIMEOUT_S = 5.0  # how long a connection may take to send its request (and each read or write after)
+QUEUE_S = 1.0  # at the cap, how long a new connection waits for a free slot before it is closed
+DEFAULT_ADDRESS = ("0.0.0.0", 8000)  # noqa: S104 - the address vLLM itself would have served
 
 
 def enabled(environ: Mapping[str, str], flag: bool) -> bool:
@@ -70,14 +86,105 @@ class Failure:
                 "Fix the profile (or the pod's VLLM_LAUNCH_PROFILE / VLLM_LAUNCH_SET), then restart the pod.\n")
 
 
-class StatusPage:
-    """The failure, served on the profile's port: /health 503, / the failure and the fix as plain text."""
+class BoundedServer(ThreadingHTTPServer):
+    """A ThreadingHTTPServer that holds at most `limit` connections, each given `timeout_s` to send its request.
 
-    def __init__(self, host: str, port: int, failure: Failure) -> None:
+    The accept loop takes a slot before it starts a thread; at the cap it drops the oldest connection that
+    has not sent its request yet (a half-sent request is the flood) and has nothing unread, waits up to
+    QUEUE_S for a slot, and closes the new connection when none comes. Its housekeeping (`service_actions`, every poll) drops a
+    connection whose request is not in after `timeout_s` in all, so a slow drip cannot hold a slot either."""
+
+    daemon_threads = True
+    block_on_close = False  # close() must not wait on a client
+    request_queue_size = 128  # short: /health waits behind at most this many queued connections
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *,
+                 limit: int = MAX_CONNECTIONS, timeout_s: float = READ_TIMEOUT_S) -> None:
+        self.timeout_s = timeout_s
+        self.slots = threading.BoundedSemaphore(limit)
+        self.lock = threading.Lock()
+        self.waiting: dict[socket.socket, float] = {}  # connection → when it was accepted
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self._drop(self._oldest_idle())
+            if not self.slots.acquire(timeout=QUEUE_S):
+                self.shutdown_request(request)
+                return
+        with self.lock:
+            self.waiting[request] = time.monotonic()
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.shutdown_request(request)
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def request_read(self, request: socket.socket) -> None:
+        """The request is in: its connection is no longer one to drop."""
+        with self.lock:
+            self.waiting.pop(request, None)
+
+    def shutdown_request(self, request: Any) -> None:
+        self.request_read(request)  # under the lock first, so a drop never reaches a closed socket
+        super().shutdown_request(request)
+
+    def service_actions(self) -> None:
+        cutoff = time.monotonic() - self.timeout_s
+        with self.lock:
+            late = [conn for conn, accepted in self.waiting.items() if accepted <= cutoff]
+        for conn in late:
+            self._drop(conn)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("container.page_client_gone")  # a client that left mid-answer: nothing to report
+
+    def _oldest_idle(self) -> socket.socket | None:
+        """The oldest connection still sending its request that has nothing unread: its thread has taken
+        all it sent and waits for more. One with bytes unread is a thread yet to run (a fresh /health),
+        never the one to drop. poll, not select: a flood brings descriptors past 1024."""
+        with self.lock:
+            ordered = [(conn, conn.fileno()) for conn in sorted(self.waiting, key=self.waiting.__getitem__)]
+        poller = select.poll()
+        for _, fd in ordered:
+            if fd >= 0:
+                poller.register(fd, select.POLLIN)
+        unread = {fd for fd, _ in poller.poll(0)}
+        return next((conn for conn, fd in ordered if fd >= 0 and fd not in unread), None)
+
+    def _drop(self, conn: socket.socket | None) -> None:
+        """Wake the connection's thread from its read (shutdown, not close: the thread closes it)."""
+        with self.lock:
+            if conn is None or self.waiting.pop(conn, None) is None:
+                return
+            with contextlib.suppress(OSError):  # the client is already gone
+                conn.shutdown(socket.SHUT_RDWR)
+
+
+class StatusPage:
+    """The failure, served on the page's address: /health 503, / the failure and the fix as plain text."""
+
+    def __init__(self, host: str, port: int, failure: Failure, *, limit: int = MAX_CONNECTIONS,
+                 timeout_s: float = READ_TIMEOUT_S) -> None:
         body = failure.page().encode()
         html_body = f"<html><body><pre>{html.escape(failure.page())}</pre></body></html>".encode()
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = timeout_s  # each read and write on the connection
+
+            def parse_request(self) -> bool:
+                parsed = super().parse_request()
+                if isinstance(self.server, BoundedServer):
+                    self.server.request_read(self.connection)
+                return parsed
+
             def do_GET(self) -> None:
                 if self.path.startswith("/health"):
                     self.send_response(503)
@@ -93,13 +200,13 @@ class StatusPage:
                 self.wfile.write(data)
 
             def log_message(self, fmt: str, *args: object) -> None:
-                pass  # the page is for people; its requests need no log
+                pass  # the page is for people; its requests (and clients that time out) need no log
 
-        self.server: ThreadingHTTPServer | None = None
+        self.server: BoundedServer | None = None
         try:
-            self.server = ThreadingHTTPServer((host, port), Handler)
+            self.server = BoundedServer((host, port), Handler, limit=limit, timeout_s=timeout_s)
         except OSError as exc:
-            log.error("container.page_unavailable", port=port, error=str(exc))
+            log.error("container.page_unavailable", host=host, port=port, error=str(exc))
             return
         threading.Thread(target=self.server.serve_forever, name="status-page", daemon=True).start()
 
@@ -127,7 +234,21 @@ def stay_up(failure: Failure, stop: threading.Event, host: str, port: int, wait_
         page.close()
 
 
-def page_address(host: str | None, port: int | None) -> tuple[str, int]:
-    return (host or "0.0.0.0", port or 8000)  # noqa: S104 - the address vLLM itself would have served
-
-
+def page_address(host: str | None, port: int | None, environ: Mapping[str, str]) -> tuple[str, int]:
+    """The page's host and port: the pod's VLLM_LAUNCH_HOST / VLLM_LAUNCH_PORT, else the profile's (None when
+    it did not load), else vLLM's default; the log says where each came from. A port that is not one is
+    logged and skipped: the pod must still show its page."""
+    raw_port = environ.get("VLLM_LAUNCH_PORT", "").strip()
+    env_port: int | None = None
+    if raw_port.isdigit() and 0 < int(raw_port) < 65536:
+        env_port = int(raw_port)
+    elif raw_port:
+        log.warning("container.bad_page_port", variable="VLLM_LAUNCH_PORT", value=raw_port[:40],
+                    fix="set VLLM_LAUNCH_PORT to a port number from 1 to 65535")
+    env_host = environ.get("VLLM_LAUNCH_HOST", "").strip()
+    chosen_host, host_from = ((env_host, "VLLM_LAUNCH_HOST") if env_host else (host, "profile") if host
+                              else (DEFAULT_ADDRESS[0], "default"))
+    chosen_port, port_from = ((env_port, "VLLM_LAUNCH_PORT") if env_port else (port, "profile") if port
+                              else (DEFAULT_ADDRESS[1], "default"))
+    log.info("container.page_address", host=chosen_host, port=chosen_port, host_from=host_from, port_from=port_from)
+    return chosen_host, chosen_port

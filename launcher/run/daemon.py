@@ -292,7 +292,7 @@ def _up_in_container(profile_path: str | None, sets: tuple[str, ...], inventory_
                     return EX_OK
                 failure = (container.Failure(str(exc), exc.exit_code) if isinstance(exc, LauncherError) else
                            container.Failure(f"{type(exc).__name__}: {' '.join(str(exc).split())}", 1))
-                page_host, page_port = container.page_address(host, port)
+                page_host, page_port = container.page_address(host, port, os.environ)
                 if container.stay_up(failure, stop, page_host, page_port, None if failure.permanent else delay):
                     return EX_OK
                 delay = min(delay * 2, container.RETRY_S[1])
