@@ -9,11 +9,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import psutil
-
 from launcher.config.profile import Requirements, parse_max_model_len
 from launcher.run.logpump import EOF
-from launcher.run.processes import name_of, remembered
+from launcher.run.processes import remembered
 from launcher.run.supervisor import Child, Outcome, outcome
 from launcher.vllm.command import Plan
 from launcher.vllm.diagnose import Diagnosis
@@ -34,31 +32,28 @@ class ReadyCheck:
 
 
 class Accusation:
-    """A failure line that stands, unconfirmed: since when, and which of vLLM's processes were alive then.
-
-    The process convicts it: the API server, the engine or a worker exits, or nothing acquits it
-    within the confirm window (vLLM can hang after a fatal error)."""
+    """A failure line that stands, unconfirmed: since when. The process convicts it: the API server, the engine
+    or a worker exits, or nothing acquits it within the confirm window (vLLM can hang after a fatal error)."""
 
     def __init__(self, child: Child, since: float) -> None:
         self.since = since
+        self.child = child
         child.remember_descendants()
-        self.engine = {proc.pid: proc for proc in remembered(child.known) if _is_vllm_process(proc)}
 
     def engine_exited(self) -> str | None:
-        """The title of a vLLM process (engine, worker) alive at the accusation and gone now."""
-        for pid, proc in self.engine.items():
-            try:
-                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                    continue
-            except psutil.Error:
-                pass
-            return f"{name_of(proc)} (PID {pid})"
+        """The title of a vLLM process (engine, worker) of this attempt seen alive before and gone now."""
+        engine = {pid: title for pid, title in self.child.titles.items() if _is_vllm_title(title)}
+        if not engine:
+            return None
+        alive = {proc.pid for proc in remembered({pid: self.child.known[pid] for pid in engine})}
+        for pid, title in engine.items():
+            if pid not in alive:
+                return f"{title} (PID {pid})"
         return None
 
 
-def _is_vllm_process(proc: psutil.Process) -> bool:
+def _is_vllm_title(name: str) -> bool:
     """vLLM names its engine and workers (setproctitle): `VLLM::EngineCore`, `VLLM::Worker_TP1`, …"""
-    name = name_of(proc)
     return name.startswith("VLLM::") or "EngineCore" in name
 
 
@@ -125,8 +120,8 @@ def wait_ready(child: Child, stop: threading.Event, check: ReadyCheck, *, on_eve
             _convict(child, "exit")
             return outcome(child, "failed", f"vLLM exited with {child.popen.wait()}")
         if now >= next_snapshot:
-            child.remember_descendants()
-            next_snapshot = now + 2.0
+            child.remember_descendants()  # often: an engine that dies must have been seen alive
+            next_snapshot = now + 0.5
         silent = now - max(child.pump.last_output, last_progress())
         if silent >= plan.startup_stall_s:
             return outcome(child, "timed_out", f"no output and no download progress for {silent:.0f}s "

@@ -50,6 +50,7 @@ class Child:
     known: dict[int, float] = field(default_factory=dict)  # pid → start_time of every descendant seen
     adopted_pids: set[int] = field(default_factory=set)  # of those, the ones the daemon adopted (a double fork)
     on_record: int = 0  # how many of `known` state.json holds
+    titles: dict[int, str] = field(default_factory=dict)  # pid → the title vLLM gave it (VLLM::EngineCore, …)
 
     @property
     def pid(self) -> int:
@@ -65,6 +66,8 @@ class Child:
         for proc in tree(self.pid):
             with contextlib.suppress(psutil.Error):
                 self.known.setdefault(proc.pid, start_time(proc))
+                if proc.pid not in self.titles:
+                    self.titles[proc.pid] = name_of(proc)
         for proc in adopted(self.pid, self.start_time):
             with contextlib.suppress(psutil.Error):
                 self.known.setdefault(proc.pid, start_time(proc))

@@ -42,7 +42,8 @@ Scenario rules come from the JSON file in $FAKE_VLLM_SCENARIOS: a list of object
     after           "serve" when the log reaches readiness, else "exit": what to do when the log ends:
                     serve, exit (with exit_code), exit0, hang (never exits by itself; SIGTERM changes nothing),
                     crash (the engine dies at once; the API server prints its death lines, then takes
-                    linger_s (20) to exit 1, as vLLM 0.32's does after a start-up failure)
+                    linger_s (20) to exit 1, as vLLM 0.32's does after a start-up failure; with
+                    crash_lines false it prints nothing and stays silent until then)
     mark_line       none: mark `fatal_printed` when the replay prints line N (0-based) of the log
     exit_code       1: the exit status for after: exit
     time_scale      0.01: multiply the log's own delays (from its timestamps) by this ...

@@ -276,7 +276,7 @@ class ApiServer:
                 self.engine.kill()
             self.engine.wait()
         mark("engine_exited")
-        code = self.startup_death()
+        code = self.startup_death() if self.sc.crash_lines else 1
         self.wake.clear()
         self.wake.wait(self.sc.linger_s)  # a honoured SIGTERM ends the wait
         return code

@@ -393,3 +393,50 @@ class TestDirectoryFaults:
         assert [] == lau.argvs()
         message = lau.output()
         assert str(blocker) in message and "Traceback" not in message
+
+
+class TestAccusedLines:
+    """A failure line accuses; the process convicts it (its engine exits, or it stays silent for the
+    confirm window); progress acquits it."""
+
+    WINDOW = "  confirm_window: {window}\n"
+
+    def test_a_line_that_progress_follows_is_acquitted_and_kept_as_a_warning(
+            self, launch: Callable[..., Launcher], port: int, capsys: pytest.CaptureFixture[str],
+            monkeypatch: pytest.MonkeyPatch) -> None:
+        lau = launch(profile(port, launcher=FAST), scenarios=[
+            {"log": "constructed/v0.32-hub-401-then-serves.constructed.log", "time_scale": 0.0}])
+        wait_ready_count(lau, 1)
+        acquitted = lau.wait_event("attempt.line_acquitted")
+        assert acquitted["failure"] == "config" and acquitted["line"].startswith("401 Client Error")
+        assert 1 == len(lau.argvs()) and lau.event("attempt.failed") is None
+        assert [w["class"] for w in lau.state()["warnings"]] == ["config"]
+        monkeypatch.setenv("VLLM_LAUNCH_STATE_DIR", str(lau.state_dir))
+        from launcher.cli import main
+
+        assert 0 == main(["status", "profile"])
+        assert "warning    attempt 1: vLLM logged '401 Client Error" in capsys.readouterr().out
+        stop(lau)
+
+    def test_a_line_whose_engine_then_exits_is_convicted_by_the_exit(self, launch: Callable[..., Launcher],
+                                                                      port: int) -> None:
+        """The engine dies after the line and the API server says nothing for 60 s: the engine's exit convicts."""
+        lau = launch(profile(port, launcher=FAST + self.WINDOW.format(window="60s")), scenarios=[
+            {"log": "real/vX-free-below-util-docker-club3090-4.log", "after": "crash", "crash_lines": False,
+             "linger_s": 60, "time_scale": 0.0, "max_uses": 1,
+             "progress_bar": {"before": "Free memory", "steps": 10, "interval_s": 0.1}},
+            {"log": OK}])
+        failed = lau.wait_event("attempt.failed", 40)
+        assert failed["failure"] == "startup_memory"
+        assert "VLLM::EngineCore" in failed["detail"] and "exited after it" in failed["detail"]
+        assert 75 == lau.wait(30), "no other utilization is allowed: the ladder is exhausted"
+
+    def test_a_line_with_a_silent_live_process_is_convicted_after_the_window(self, launch: Callable[..., Launcher],
+                                                                             port: int) -> None:
+        lau = launch(profile(port, launcher=FAST + self.WINDOW.format(window="1s")), scenarios=[
+            {"log": "real/vX-free-below-util-ci-cuda1-pytorch175666.log", "after": "hang", "time_scale": 0.0,
+             "max_uses": 1}, {"log": OK}])
+        failed = lau.wait_event("attempt.failed", 40)
+        assert failed["failure"] == "startup_memory"
+        assert "no progress for 1s after it (launcher.confirm_window)" in failed["detail"]
+        assert 75 == lau.wait(30), "no other utilization is allowed: the ladder is exhausted"
