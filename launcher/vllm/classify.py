@@ -24,15 +24,15 @@ from launcher.vllm.signatures import SIGNATURES, LogEvent, Signature
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _OUTER = re.compile(
-    r"^\s*(?:>\s?)?"  # a Markdown quote of a pasted log
+    r"^\s*(?:`{1,3})?(?:>\s?)?"  # a Markdown code span or quote of a pasted log
     r"(?:│\s?)?"  # a box a terminal UI (k9s, Lens) draws around each line
     r"(?:[\w.-]+\s*\|\s)?"  # docker-compose: "vllm-1  | "
     r"(?:\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?\s+)?"  # docker logs -t / ISO timestamps
     r"(?:\|\s(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \| \w+ \| )?"  # FastChat's logger: `| ERROR | stderr | `
     r"(?:\[rank\d+\]:\s?)?"  # torch.distributed
     r"(?:\((?P<proc>[^)]*?) pid=(?P<pid>\d+)\)\s+)*"  # vLLM process prefix (two when workers' lines interleave)
-    r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?:\d\d-\d\d(?: \d\d:\d\d:\d\d(?:[.,]\d+)?)?|\d+) "
-    r"\[?[^\]\s]+:\d+\] ?"  # `ERROR 05-12 10:00:00 [file.py:12]`, or with the pid: `ERROR 56542 [file.py:12]`
+    r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)(?: (?:\d\d-\d\d(?: \d\d:\d\d:\d\d(?:[.,]\d+)?)?|\d+))? "
+    r"\[?[^\]\s]+:\d+\] ?"  # `ERROR 05-12 10:00:00 [file.py:12]`, `ERROR 56542 [file.py:12]`, `ERROR [file.py:12]`
     r"|(?P<ulevel>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+)?"  # vLLM logger or uvicorn
 )
 # uvicorn's access log: `127.0.0.1:54321 - "GET /path?query HTTP/1.1" 200 OK` (the path is the client's).
@@ -59,13 +59,16 @@ _QUIET_GATE = re.compile(
     r"|\u2588|Starting|Memory profiling|Capturing|Graph capturing|Warming|Compil|Download|Fetching"
     r"|Application startup|Shutting down|\[shutdown\] API|Replace|Engine 0|Uvicorn running|Free memory"
     r"|vLLM instance|GiB,? kv_cache_size|Based on the available|\{'model|Namespace\("
-    r"|_seq_len=|_gpu_blocks is|Failed to extract|The following fields|-default args| in world size")
+    r"|_seq_len=|_gpu_blocks is|Failed to extract|The following fields|-default args| in world size"
+    r"|Exception in ASGI")
 # vLLM's own retry of a Hub lookup (`with_retry`): `<what>: <error>, retrying 1 of 2`. The call is tried
 # again, so the error it names is not the attempt's end (the last try, if it fails, prints no such tail).
 _RETRYING = re.compile(r", retrying \d+ of \d+\s*$")
 # Errors vLLM logs and then swallows, in every release that prints them: try_get_safetensors_metadata
 # returns None after its last try (vllm/transformers_utils/config.py), and the start-up goes on.
 _SWALLOWED = ("Error retrieving safetensors",)
+# vLLM's logger names the module a record comes from: these handle requests, and only requests.
+_REQUEST_PATH = re.compile(r"[\[ ](?:serving_\w+|\w+_tool_parser|\w+_reasoning_parser)\.py:\d+\]")
 _EXCEPTION = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt))(?:: (?P<text>.*))?$")
 _QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING"})
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -139,7 +142,12 @@ def _match(line: str, signatures: Iterable[Signature], troubled: bool) -> LogEve
     if stripped is None:
         proc, level, message = normalize(line)
         stripped = message.lstrip()
-    return _exception_event(proc, process_of(line)[1] if proc else None, level, stripped)
+    pid = process_of(line)[1] if proc else None
+    if level in ("ERROR", "CRITICAL") and _REQUEST_PATH.search(line, 0, 400) is not None \
+            and not stripped.startswith(_SOURCE_LINES):
+        # Logged by a module that only runs for a request: one request's error on a server that serves.
+        return LogEvent("serving", stripped, proc=proc, pid=pid)
+    return _exception_event(proc, pid, level, stripped)
 
 
 def classify_every_signature(line: str) -> LogEvent | None:

@@ -85,8 +85,12 @@ _JOINED = frozenset({"joined", "model_loading", "available_kv", "kv_tokens"})
 # An exception line, `[module.]TypeError: text`: the last line of a traceback.
 _EXCEPTION_FORM = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)\b")
 _TRACEBACK = "Traceback (most recent call last)"
+_CHAINED = ("The above exception was the direct cause of the following exception",
+            "During handling of the above exception, another exception occurred")
 _TRACEBACK_SPAN = 400  # lines after a traceback's header in which its final exception is looked for
 _MAX_WARNINGS = 20
+# Failures a server can still meet after "Application startup complete": uvicorn binds its port after it.
+_AFTER_STARTUP_REASONS = frozenset({"port_in_use"})
 # A rank's name without its index: `Worker_TP1` and `Worker_TP0` are ranks of one kind, `EngineCore_DP0` too.
 _RANK_SUFFIX = re.compile(r"(?:[_ ]?(?:TP|PP|DP|EP|rank)\d+|_\d+)+$")
 
@@ -125,6 +129,7 @@ class Diagnoser:
         self.acquitted: list[LogEvent] = []
         self.tracebacks: dict[str | None, int] = {}  # process prefix → line of its open traceback's header
         self.joined = False  # this rank is part of an assembled group: its place in the world, or it loads
+        self.completed = False  # the start-up completed ("Application startup complete") or requests were served
 
     @property
     def decided(self) -> bool:
@@ -168,6 +173,10 @@ class Diagnoser:
                 self.hints.append((self.lines, found.group(1) or found.group(2) or found.group(3)))
         if _TRACEBACK in line and len(line) < 4096:
             self.tracebacks[normalize(line)[0]] = self.lines
+        elif (_CHAINED[0] in line or _CHAINED[1] in line) and self.confirmed == "traceback" \
+                and self.lines - (self.failure_line or 0) <= 3:
+            # The failure was only a cause: another exception follows, and that one ends the traceback.
+            self.confirmed = None
         if ("ERROR" in line or "CRITICAL" in line) and not self.errors:
             self.first_error = normalize(line[:4096])[2].strip()
         if "ERROR" in line or "CRITICAL" in line:
@@ -201,6 +210,7 @@ class Diagnoser:
             self.shutting_down = True
         elif kind in ("server_starting", "startup_complete", "request", "serving"):
             self.serving = True
+            self.completed = self.completed or kind != "server_starting"
         elif kind == "progress":
             self.phase = str(event.values.get("phase", self.phase))
         if kind in _STARTUP_EVIDENCE:
@@ -224,6 +234,12 @@ class Diagnoser:
         if event.failure == ENGINE_DEAD and self.shutting_down:
             return
         ends_traceback = self._ends_traceback(event)
+        if self.completed and event.failure != ENGINE_DEAD and event.reason not in _AFTER_STARTUP_REASONS:
+            # Once vLLM served, a start-up class (a model, memory or KV-cache line) describes no start-up: one
+            # request's error, or another program's lines in the same file. It is a warning, never a verdict.
+            if len(self.acquitted) < _MAX_WARNINGS:
+                self.acquitted.append(event)
+            return
         if event.fatal == "specific":
             if self.failure is None or (self.confirmed is None and ends_traceback
                                         and event.failure != self.failure.failure):

@@ -139,10 +139,16 @@ SIGNATURES: tuple[Signature, ...] = (
          convert=_numbers(address="str")),
     _sig("startup_complete", "Application startup complete", r"^Application startup complete"),
     # Lines only vLLM's request handling prints: a server that logs them is serving (their ERROR lines are
-    # one request's trouble, answered with a 4xx/5xx to that client).
-    _sig("serving", "request", r"^(?:Error in preprocessing prompt inputs|The following fields were present in "
-         r"the request but ignored|Error in extracting tool call from response)"),
+    # one request's trouble, answered with a 4xx/5xx to that client). Records logged by the request-path
+    # modules (serving_*.py, the tool and reasoning parsers) count too (launcher/vllm/classify.py).
+    _sig("serving", "Error in preprocessing prompt inputs", r"Error in preprocessing prompt inputs"),
+    _sig("serving", "present in the request but ignored", r"^The following fields were present in the request "
+         r"but ignored"),
+    _sig("serving", "Error in extracting tool call", r"^Error in extracting tool call from response"),
+    _sig("serving", "Error trying to handle streaming tool call", r"^Error trying to handle streaming tool call"),
+    _sig("serving", "Error in applying chat template from request", r"Error in applying chat template from request"),
     _sig("serving", "Failed to extract tool call spec", r"^Failed to extract tool call spec"),
+    _sig("serving", "Exception in ASGI application", r"^Exception in ASGI application"),
     _sig("shutdown", "hutting down", r"^(?:Shutting down FastAPI HTTP server|Shutting down$)"),
     _sig("shutdown", "shutdown triggered", r"\[shutdown\] API server: shutdown triggered"),
     # ---- start-up memory (GPU and CPU backend)
