@@ -114,7 +114,7 @@ class Server:
             listed = {m["id"]: m for m in json.loads(body)["data"]}
             if not all(isinstance(name, str) for name in listed):
                 raise TypeError
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise ServerError(f"{self.base_url}/v1/models: not an OpenAI model list; is this a vLLM server?", 2) from None
         if model is None:
             if not listed:
@@ -130,7 +130,7 @@ class Server:
         try:
             status, body = self.call("GET", "/version", timeout=5)
             version = json.loads(body).get("version") if status == 200 else None
-        except (ServerError, ValueError, AttributeError):
+        except (ServerError, ValueError, AttributeError, RecursionError):
             return None
         return version if isinstance(version, str) and 0 < len(version) <= 64 else None
 
@@ -154,7 +154,7 @@ class Server:
                               "prompts with the server's own tokenizer", 2)
         try:
             answer = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):  # a JSON nested thousands deep is no answer either
             answer = None
         tokens = count(answer.get("count")) if isinstance(answer, dict) else None
         if tokens is None:
@@ -201,7 +201,7 @@ class Server:
             return RequestResult(False, error=exc.kind), ""
         except (OSError, http.client.HTTPException):
             return RequestResult(False, error="connection"), ""
-        except (ValueError, KeyError, TypeError, IndexError):
+        except (ValueError, KeyError, TypeError, IndexError, RecursionError):
             return RequestResult(False, error="bad_stream"), ""
         finally:
             if self._kept.conn is not conn:

@@ -43,7 +43,7 @@ def _request(url: str, timeout: float, api_key: str | None = None, body: dict[st
         with _DIRECT.open(request, timeout=timeout) as response:
             return int(response.status), response.read(MAX_BODY_BYTES)
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read() if exc.fp else b""
+        return exc.code, exc.read(MAX_BODY_BYTES) if exc.fp else b""
 
 
 def get(url: str, timeout: float = 2.0, api_key: str | None = None) -> tuple[int, bytes]:

@@ -13,8 +13,10 @@ probe only accuses. /metrics read when the probe was sent and again when it fail
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -28,11 +30,13 @@ _SAMPLES = frozenset({RUNNING, WAITING, f"{GENERATED}_total"})
 
 @dataclass(frozen=True, slots=True)
 class Work:
-    """One reading of the engine's work: requests running and waiting, tokens generated so far."""
+    """One reading of the engines' work: requests running and waiting, tokens generated so far (summed), and
+    the same per engine (vLLM's `engine` label: data-parallel ranks are judged one by one)."""
 
     running: float
     waiting: float
     generated: float
+    engines: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # engine → (queued, generated)
 
     @property
     def queued(self) -> float:
@@ -41,7 +45,7 @@ class Work:
 
 class Verdict(StrEnum):
     BUSY = "busy"  # tokens flowed while the probe waited: not evidence
-    WEDGED = "wedged"  # work queued and no token generated: evidence
+    WEDGED = "wedged"  # work queued and no token generated (by the server, or by one of its engines): evidence
     SILENT = "metrics_silent"  # /metrics did not answer: evidence
     IDLE = "idle"  # nothing queued and no token: the probe itself failed (an HTTP error): evidence
     UNKNOWN = "no_metrics"  # the series are absent: today's rule (every failure counts)
@@ -55,6 +59,7 @@ class Verdict(StrEnum):
 def parse_work(text: str) -> Work | None:
     """The three series from a Prometheus text, or None when one is missing or the text is not Prometheus."""
     found: dict[str, float] = {}
+    per_engine: dict[str, list[float]] = {}
     try:
         for family in text_string_to_metric_families(text):
             name = GENERATED if family.name == f"{GENERATED}_total" else family.name  # untyped: no TYPE line
@@ -64,12 +69,15 @@ def parse_work(text: str) -> Work | None:
             for sample in family.samples:
                 if sample.name in _SAMPLES and math.isfinite(sample.value):
                     total += sample.value
+                    slot = per_engine.setdefault(str(sample.labels.get("engine", "")), [0.0, 0.0])
+                    slot[1 if name == GENERATED else 0] += sample.value
             found[name] = total
-    except (ValueError, TypeError, IndexError, KeyError):
+    except (ValueError, TypeError, IndexError, KeyError, RecursionError):
         return None  # a server that lies about its metrics gives no evidence
     if found.keys() != _WANTED:
         return None
-    return Work(found[RUNNING], found[WAITING], found[GENERATED])
+    engines = MappingProxyType({engine: (queued, generated) for engine, (queued, generated) in per_engine.items()})
+    return Work(found[RUNNING], found[WAITING], found[GENERATED], engines)
 
 
 def judge(before: Work | None, after: Work | None, *, answered: bool, absent: bool) -> Verdict:
@@ -80,6 +88,10 @@ def judge(before: Work | None, after: Work | None, *, answered: bool, absent: bo
         return Verdict.SILENT
     if absent or before is None or after is None:
         return Verdict.UNKNOWN
+    for engine, (queued, generated) in after.engines.items():
+        earlier = before.engines.get(engine)
+        if earlier is not None and max(queued, earlier[0]) > 0 and generated <= earlier[1]:
+            return Verdict.WEDGED  # this engine holds work and generates nothing, whatever the others do
     if after.generated > before.generated:
         return Verdict.BUSY
     if max(before.queued, after.queued) > 0:

@@ -35,9 +35,10 @@ class Accusation:
     """A failure line that stands, unconfirmed: since when. The process convicts it: the API server, the engine
     or a worker exits, or nothing acquits it within the confirm window (vLLM can hang after a fatal error)."""
 
-    def __init__(self, child: Child, since: float) -> None:
+    def __init__(self, child: Child, since: float, line: LogEvent | None) -> None:
         self.since = since
         self.child = child
+        self.line = line  # the standing failure line: another one starts its own clock
         child.remember_descendants()
 
     def engine_exited(self) -> str | None:
@@ -92,7 +93,7 @@ def wait_ready(child: Child, stop: threading.Event, check: ReadyCheck, *, on_eve
         with child.pump.lock:
             decided, pending, accused = diagnoser.decided, diagnoser.pending, diagnoser.accused
             acquitted = diagnoser.acquitted[acquitted_seen:]
-            evidence = diagnoser.confirmed
+            evidence, standing = diagnoser.confirmed, diagnoser.failure
         for line in acquitted:
             on_acquit(line, "progress after it")
         acquitted_seen += len(acquitted)
@@ -100,12 +101,14 @@ def wait_ready(child: Child, stop: threading.Event, check: ReadyCheck, *, on_eve
             return outcome(child, "failed", f"fatal log line, confirmed by its {evidence}")
         now = clock()
         if accused:
-            accusation = accusation or Accusation(child, now)
+            if accusation is None or accusation.line is not standing:
+                accusation = Accusation(child, now, standing)
             gone = accusation.engine_exited()
             if gone is not None:
                 _convict(child, "engine_exited")
                 return outcome(child, "failed", f"fatal log line, confirmed: {gone} exited after it")
-            if now - accusation.since >= confirm_window_s:
+            # A silent download (the model's cache folder growing) is progress too: the window waits for it.
+            if now - max(accusation.since, last_progress()) >= confirm_window_s:
                 _convict(child, "no_progress")
                 return outcome(child, "failed", f"fatal log line, confirmed: no progress for {confirm_window_s:g}s "
                                                 "after it (launcher.confirm_window)")

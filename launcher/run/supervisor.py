@@ -66,8 +66,8 @@ class Child:
         for proc in tree(self.pid):
             with contextlib.suppress(psutil.Error):
                 self.known.setdefault(proc.pid, start_time(proc))
-                if proc.pid not in self.titles:
-                    self.titles[proc.pid] = name_of(proc)
+                if not self.titles.get(proc.pid, "").startswith("VLLM::"):
+                    self.titles[proc.pid] = name_of(proc)  # vLLM retitles its engine and workers after their imports
         for proc in adopted(self.pid, self.start_time):
             with contextlib.suppress(psutil.Error):
                 self.known.setdefault(proc.pid, start_time(proc))

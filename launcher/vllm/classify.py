@@ -30,7 +30,7 @@ _OUTER = re.compile(
     r"(?:\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?\s+)?"  # docker logs -t / ISO timestamps
     r"(?:\|\s(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \| \w+ \| )?"  # FastChat's logger: `| ERROR | stderr | `
     r"(?:\[rank\d+\]:\s?)?"  # torch.distributed
-    r"(?:\((?P<proc>[^)]*?) pid=(?P<pid>\d+)\)\s+)*"  # vLLM process prefix (two when workers' lines interleave)
+    r"(?:\((?P<proc>[^)]{0,80}?) pid=(?P<pid>\d+)\)\s+)*"  # vLLM process prefix (two when workers' lines interleave)
     r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)(?: (?:\d\d-\d\d(?: \d\d:\d\d:\d\d(?:[.,]\d+)?)?|\d+))? "
     r"\[?[^\]\s]+:\d+\] ?"  # `ERROR 05-12 10:00:00 [file.py:12]`, `ERROR 56542 [file.py:12]`, `ERROR [file.py:12]`
     r"|(?P<ulevel>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+)?"  # vLLM logger or uvicorn

@@ -89,10 +89,21 @@ _CHAINED = ("The above exception was the direct cause of the following exception
             "During handling of the above exception, another exception occurred")
 _TRACEBACK_SPAN = 400  # lines after a traceback's header in which its final exception is looked for
 _MAX_WARNINGS = 20
+_MAX_TRACEBACKS = 64  # processes whose open traceback is remembered
 # Failures a server can still meet after "Application startup complete": uvicorn binds its port after it.
 _AFTER_STARTUP_REASONS = frozenset({"port_in_use"})
 # A rank's name without its index: `Worker_TP1` and `Worker_TP0` are ranks of one kind, `EngineCore_DP0` too.
-_RANK_SUFFIX = re.compile(r"(?:[_ ]?(?:TP|PP|DP|EP|rank)\d+|_\d+)+$")
+_RANK_SUFFIX = re.compile(r"[_ ]?(?:TP|PP|DP|EP|rank)?\d+$")  # one suffix; linear on any name
+
+
+def _rank_kind(name: str) -> str:
+    """`Worker_PP0_TP1` → `Worker`: the name without its rank suffixes (at most three are stripped)."""
+    for _ in range(3):
+        stripped = _RANK_SUFFIX.sub("", name, count=1)
+        if stripped == name:
+            break
+        name = stripped
+    return name
 
 
 def _sibling_ranks(accused: LogEvent, other: LogEvent) -> bool:
@@ -100,7 +111,7 @@ def _sibling_ranks(accused: LogEvent, other: LogEvent) -> bool:
     failure, since every rank loads and profiles on its own."""
     if accused.proc is None or other.proc is None or (accused.proc, accused.pid) == (other.proc, other.pid):
         return False
-    return _RANK_SUFFIX.sub("", accused.proc) == _RANK_SUFFIX.sub("", other.proc)
+    return _rank_kind(accused.proc) == _rank_kind(other.proc)
 
 
 class Diagnoser:
@@ -172,6 +183,8 @@ class Diagnoser:
             if found:
                 self.hints.append((self.lines, found.group(1) or found.group(2) or found.group(3)))
         if _TRACEBACK in line and len(line) < 4096:
+            if len(self.tracebacks) >= _MAX_TRACEBACKS:  # hostile lines naming endless processes stay bounded
+                self.tracebacks.clear()
             self.tracebacks[normalize(line)[0]] = self.lines
         elif (_CHAINED[0] in line or _CHAINED[1] in line) and self.confirmed == "traceback" \
                 and self.lines - (self.failure_line or 0) <= 3:
@@ -210,7 +223,9 @@ class Diagnoser:
             self.shutting_down = True
         elif kind in ("server_starting", "startup_complete", "request", "serving"):
             self.serving = True
-            self.completed = self.completed or kind != "server_starting"
+            # Only the start-up's end, or a request that reached the server, completes it: a request-path module
+            # (kind "serving") also logs while the server is still being set up.
+            self.completed = self.completed or kind in ("startup_complete", "request")
         elif kind == "progress":
             self.phase = str(event.values.get("phase", self.phase))
         if kind in _STARTUP_EVIDENCE:

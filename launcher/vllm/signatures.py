@@ -85,7 +85,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("memory_budget", "total_gpu_memory=", r"(?P<text>total_gpu_memory=.*)", convert=_memory_profile),
     _sig("memory_budget", "kv_cache_size=", r"(?P<text>kv_cache_size=.*)", convert=_memory_profile),
     _sig("memory_budget", "Desired GPU memory utilization is",  # 0.10.x, a successful start: the breakdown
-         rf"Free memory on device(?: \S+)? {_FREE} on startup\. Desired GPU memory utilization is "
+         rf"Free memory on device(?: \S{{1,256}})? {_FREE} on startup\. Desired GPU memory utilization is "
          rf"\((?P<utilization>[\d.]+), (?P<requested_gib>{_GIB}) GiB\)(?:\. Actual usage is (?P<weights_gib>[\d.]+) GiB "
          r"for weight, (?P<activation_gib>[\d.]+) GiB for peak activation, (?P<non_torch_gib>[\d.]+) GiB for "
          r"non-torch memory, and (?P<cudagraph_gib>[\d.]+) GiB for CUDAGraph memory)?",
@@ -111,9 +111,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?: with config(?:.*?max_seq_len=(?P<max_model_len>\d+))?|\s*$)",
          convert=_numbers(vllm_version="str", max_model_len="int")),
     # The same record pasted with its config wrapped over several lines: the length stands on one of them.
-    _sig("version", "max_seq_len=", r"^(?:dtype=\S+,? )?max_seq_len=(?P<max_model_len>\d+),",
+    _sig("version", "max_seq_len=", r"^(?:dtype=\S{1,256},? )?max_seq_len=(?P<max_model_len>\d+),",
          convert=_numbers(max_model_len="int")),
-    _sig("version", "server version", r"vLLM (?:API )?server version (?P<vllm_version>\S+?),?(?:\s|$)",
+    _sig("version", "server version", r"vLLM (?:API )?server version (?P<vllm_version>\S{1,256}?),?(?:\s|$)",
          convert=_numbers(vllm_version="str")),
     _sig("version", "version ", r"(?:[▄█▀]\s*)+version (?P<vllm_version>\d+\.\d+\.\d+\S*)\s*$",  # 0.15+ logo
          convert=_numbers(vllm_version="str")),
@@ -122,7 +122,7 @@ SIGNATURES: tuple[Signature, ...] = (
          convert=_numbers(rank="int", world_size="int")),
     # ---- progress: the phase a start-up is in (a CUDA OOM's reason is the phase it happened in)
     _sig("progress", "Starting to load model", r"^Starting to load model", convert=lambda g: {"phase": "weights"}),
-    _sig("progress", "checkpoint shards", r"Loading \S+ checkpoint shards:\s+(?P<percent>\d+)% Completed",
+    _sig("progress", "checkpoint shards", r"Loading \S{1,256} checkpoint shards:\s+(?P<percent>\d+)% Completed",
          convert=lambda g: {"phase": "weights", "percent": _int(g.get("percent"))}),
     _sig("progress", "Memory profiling", r"^Memory profiling", convert=lambda g: {"phase": "profiling"}),
     _sig("progress", "Starting profile run", r"^Starting profile run", convert=lambda g: {"phase": "profiling"}),
@@ -130,10 +130,10 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("progress", "Graph capturing finished", r"Graph capturing finished", convert=lambda g: {"phase": "cuda_graphs"}),
     _sig("progress", "Warming up", r"Warming up", convert=lambda g: {"phase": "warmup"}),
     _sig("progress", "Compil", r"Compil(?:ing|ation)", convert=lambda g: {"phase": "compile"}),
-    _sig("progress", "Download", r"(?:Downloading|Download(?:ed|ing)? \S+|Fetching \d+ files)",
+    _sig("progress", "Download", r"(?:Downloading|Download(?:ed|ing)? \S{1,256}|Fetching \d+ files)",
          convert=lambda g: {"phase": "download"}),
     # ---- readiness markers (informational: readiness itself is /health + /v1/models)
-    _sig("server_starting", "server", r"^Starting vLLM (?:API )?server(?: \d+)? on (?P<address>\S+)",
+    _sig("server_starting", "server", r"^Starting vLLM (?:API )?server(?: \d+)? on (?P<address>\S{1,256})",
          convert=_numbers(address="str")),
     _sig("server_starting", "Uvicorn running on", r"^Uvicorn running on (?P<address>.+?)(?: \(Press CTRL\+C|$)",
          convert=_numbers(address="str")),
@@ -153,12 +153,12 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("shutdown", "shutdown triggered", r"\[shutdown\] API server: shutdown triggered"),
     # ---- start-up memory (GPU and CPU backend)
     _sig("failure", "is less than desired",
-         rf"Free memory on device(?: \S+)? {_FREE}(?: on startup)? is less than (?:desired GPU memory utilization "
+         rf"Free memory on device(?: \S{{1,256}})? {_FREE}(?: on startup)? is less than (?:desired GPU memory utilization "
          rf"\((?P<utilization>[\d.]+), (?P<requested_gib>{_GIB}) GiB\)|the engine's budget)",
          STARTUP_MEMORY, "free_below_utilization", "specific",
          _numbers(free_gib="float", total_gib="float", utilization="float", requested_gib="float")),
     _sig("failure", "is less than the engine's budget",
-         rf"Free memory on device(?: \S+)? {_FREE}(?: on startup)? is less than the engine's budget",
+         rf"Free memory on device(?: \S{{1,256}})? {_FREE}(?: on startup)? is less than the engine's budget",
          STARTUP_MEMORY, "free_below_utilization", "specific", _numbers(free_gib="float", total_gib="float")),
     _sig("failure", "on startup is less than desired CPU",
          rf"Available memory on node \d+ {_FREE} on startup is less than "
@@ -169,7 +169,7 @@ SIGNATURES: tuple[Signature, ...] = (
          rf"Available memory on node \d+ {_FREE} on kv cache allocation is less than requested memory for kv",
          STARTUP_MEMORY, "free_below_utilization", "specific", _numbers(free_gib="float", total_gib="float")),
     _sig("failure", "Externally held weights on device",
-         rf"Externally held weights on device(?: \S+)? {_FREE} exceed the desired GPU memory utilization",
+         rf"Externally held weights on device(?: \S{{1,256}})? {_FREE} exceed the desired GPU memory utilization",
          STARTUP_MEMORY, "free_below_utilization", "specific"),
     _sig("failure", "warming up", r"CUDA out of memory occurred when warming up (?:sampler|pooler)",
          STARTUP_MEMORY, "sampler_warmup", "specific"),
@@ -188,7 +188,7 @@ SIGNATURES: tuple[Signature, ...] = (
          fatal="specific"),
     _sig("failure", "FP8 KV cache", r"FP8 KV cache is not supported by|with FP8 KV cache not yet supported"
          r"|FlashAttention V1 with FP8 KV cache", FP8_UNSUPPORTED, fatal="specific"),
-    _sig("failure", "is not supported by", r"--kv-cache-dtype \S+ is not supported by (?:the CPU attention backend"
+    _sig("failure", "is not supported by", r"--kv-cache-dtype \S{1,256} is not supported by (?:the CPU attention backend"
          r"|MLA attention on CPU)", FP8_UNSUPPORTED, fatal="specific"),
     _sig("failure", "kv_cache_dtype not supported", r"kv_cache_dtype not supported", FP8_UNSUPPORTED, fatal="specific"),
     # ---- KV cache too small for the context; a wrapped paste keeps its numbers on the next lines
@@ -224,7 +224,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("failure", "EngineDeadError", rf"{_ENGINE_EXC}(?:Async)?EngineDeadError\b", ENGINE_DEAD, fatal="specific"),
     _sig("failure", "encountered a fatal error", r"^\s*EngineCore encountered a fatal error", ENGINE_DEAD,
          fatal="specific"),
-    _sig("failure", "died unexpectedly", r"^\s*(?:Engine core|Worker) proc (?P<dead_proc>\S+) died unexpectedly",
+    _sig("failure", "died unexpectedly", r"^\s*(?:Engine core|Worker) proc (?P<dead_proc>\S{1,256}) died unexpectedly",
          ENGINE_DEAD, fatal="specific", convert=_numbers(dead_proc="str")),
     _sig("failure", "engine core exited unexpectedly", r"engine core exited unexpectedly", ENGINE_DEAD, fatal="specific"),
     _sig("failure", "Engine iteration timed out", r"^\s*Engine iteration timed out", ENGINE_DEAD, fatal="specific"),
@@ -234,7 +234,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"exception", ENGINE_DEAD, fatal="specific"),
     _sig("failure", "rror", rf"{_ENGINE_EXC}\w*Error: (?:Error in model execution: )?CUDA error: (?:an illegal "
          r"(?:memory access|instruction) was encountered|device-side assert triggered|unspecified launch failure)"
-         r"|^\s*Failed: Cuda error \S+ 'an illegal",
+         r"|^\s*Failed: Cuda error \S{1,256} 'an illegal",
          ENGINE_DEAD, fatal="specific"),
     _sig("failure", "Got fatal signal", r"Got fatal signal from worker processes", ENGINE_DEAD, fatal="generic"),
     # ---- generic start-up failure: the root cause is printed just before or just after

