@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 
 from tests.e2e.conftest import Launches
 from tests.e2e.realvllm import KEY, ROOT, RealLauncher, demo_profile_text
-from tests.integration.harness import free_port
+from tests.integration.harness import free_port, poll_for
 
 SMALL = ["--users", "2", "--turns", "3", "--shared-prefix", "64", "--turn-tokens", "32", "--max-tokens", "8"]
 
@@ -62,9 +61,13 @@ class TestBench:
                                  "--users", "2", "--shared-prefix", "64", "--turn-tokens", "32", "--max-tokens", "8"],
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "VLLM_API_KEY": KEY})
-        time.sleep(15)
+        # Ctrl-C once the measured run is under way (vLLM's log shows its chat requests), however long the
+        # prompts took to size on this machine: a fixed sleep can land in the sizing on a busy one.
+        before = served.vllm_log().count("POST /v1/chat/completions")
+        poll_for(lambda: served.vllm_log().count("POST /v1/chat/completions") >= before + 4 or proc.poll() is not None,
+                 300, "the bench's first requests")
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=120)
         assert 0 == proc.returncode, err
         assert "(interrupted)" in out and " completed, 0 failed" in out
         assert int(out.split("requests", 1)[1].split("completed")[0].strip()) > 0
