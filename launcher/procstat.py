@@ -1,4 +1,4 @@
-"""The fields of /proc/PID/stat after the process name (which may hold spaces and parentheses)."""
+"""What /proc says of a process: its stat fields, and whether its title is one vLLM gives."""
 
 from __future__ import annotations
 
@@ -12,3 +12,8 @@ def stat_fields(pid: int) -> list[bytes] | None:
     except OSError:
         return None
     return data[data.rindex(b")") + 2:].split()
+
+
+def is_vllm_title(name: str) -> bool:
+    """vLLM names its engine and workers (setproctitle): `VLLM::EngineCore`, `VLLM::Worker_TP1`, …"""
+    return name.startswith("VLLM::") or "EngineCore" in name

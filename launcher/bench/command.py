@@ -193,7 +193,8 @@ class supervised:  # noqa: N801 - used as a context manager, like contextlib's
 
 
 def main(spec: str, settings: Settings, **kwargs: Any) -> int:
-    """The CLI's entry: errors are one line and an exit code; Ctrl-C in the run is handled by the runner."""
+    """The CLI's entry: errors are one line and an exit code; Ctrl-C in the run is handled by the runner, and
+    before it ends here (130, as a shell reports SIGINT)."""
     try:
         return bench(spec, settings, **kwargs)
     except ServerError as exc:
@@ -202,5 +203,8 @@ def main(spec: str, settings: Settings, **kwargs: Any) -> int:
     except LauncherError as exc:
         print(f"vllm-launch bench: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:  # in the prompt sizing or the warm-up: the measured run's own Ctrl-C reports
+        print("vllm-launch bench: interrupted before the measured run began; nothing was measured", file=sys.stderr)
+        return 130
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.plan import modelinfo
+from launcher.procstat import is_vllm_title
 
 if TYPE_CHECKING:
     from launcher.config.profile import Profile
@@ -195,7 +196,7 @@ def leftovers(state_pids: Sequence[int], *, process_iter: ProcessIter | None = N
                 continue
             if info["pid"] in state_pids:
                 found[info["pid"]] = LocalProcess(info["pid"], name, "recorded in state")
-            if name.startswith("VLLM::"):
+            if is_vllm_title(name):
                 vllm[info["pid"]] = (name, info.get("ppid") or 0)
     except (OSError, psutil.Error):
         return tuple(found.values())

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from launcher.config.profile import Requirements, parse_max_model_len
+from launcher.procstat import is_vllm_title
 from launcher.run.logpump import EOF
 from launcher.run.processes import remembered
 from launcher.run.supervisor import Child, Outcome, outcome
@@ -43,7 +44,7 @@ class Accusation:
 
     def engine_exited(self) -> str | None:
         """The title of a vLLM process (engine, worker) of this attempt seen alive before and gone now."""
-        engine = {pid: title for pid, title in self.child.titles.items() if _is_vllm_title(title)}
+        engine = {pid: title for pid, title in self.child.titles.items() if is_vllm_title(title)}
         if not engine:
             return None
         alive = {proc.pid for proc in remembered({pid: self.child.known[pid] for pid in engine})}
@@ -51,11 +52,6 @@ class Accusation:
             if pid not in alive:
                 return f"{title} (PID {pid})"
         return None
-
-
-def _is_vllm_title(name: str) -> bool:
-    """vLLM names its engine and workers (setproctitle): `VLLM::EngineCore`, `VLLM::Worker_TP1`, …"""
-    return name.startswith("VLLM::") or "EngineCore" in name
 
 
 def wait_ready(child: Child, stop: threading.Event, check: ReadyCheck, *, on_event: Callable[[LogEvent], None],

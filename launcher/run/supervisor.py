@@ -22,6 +22,7 @@ from typing import Any
 import psutil
 import structlog
 
+from launcher.procstat import is_vllm_title
 from launcher.run.logpump import LogPump, RotatingFile
 from launcher.run.processes import adopted, boot_id, in_session, name_of, reap_orphans, remembered, start_time, tree
 from launcher.vllm.command import CHILD_ENV, Plan
@@ -66,7 +67,7 @@ class Child:
         for proc in tree(self.pid):
             with contextlib.suppress(psutil.Error):
                 self.known.setdefault(proc.pid, start_time(proc))
-                if not self.titles.get(proc.pid, "").startswith("VLLM::"):
+                if not is_vllm_title(self.titles.get(proc.pid, "")):
                     self.titles[proc.pid] = name_of(proc)  # vLLM retitles its engine and workers after their imports
         for proc in adopted(self.pid, self.start_time):
             with contextlib.suppress(psutil.Error):

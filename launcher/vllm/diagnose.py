@@ -167,10 +167,13 @@ class Diagnoser:
         if self.failure is None or self.confirmed is not None:
             return None
         event = self.failure
-        if len(self.acquitted) < _MAX_WARNINGS:
-            self.acquitted.append(event)
+        self._warn(event)
         self.failure = self.failure_line = self.phase_at_failure = None
         return event
+
+    def _warn(self, event: LogEvent) -> None:
+        if len(self.acquitted) < _MAX_WARNINGS:  # a log that repeats one harmless line stays small in state
+            self.acquitted.append(event)
 
     def expect_shutdown(self) -> None:
         """The launcher itself is stopping the server: engine-death lines are not failures then."""
@@ -252,8 +255,7 @@ class Diagnoser:
         if self.completed and event.failure != ENGINE_DEAD and event.reason not in _AFTER_STARTUP_REASONS:
             # Once vLLM served, a start-up class (a model, memory or KV-cache line) describes no start-up: one
             # request's error, or another program's lines in the same file. It is a warning, never a verdict.
-            if len(self.acquitted) < _MAX_WARNINGS:
-                self.acquitted.append(event)
+            self._warn(event)
             return
         if event.fatal == "specific":
             if self.failure is None or (self.confirmed is None and ends_traceback

@@ -238,3 +238,16 @@ def test_an_answer_that_ends_but_whose_body_does_not_stands_and_the_connection_i
     result, text = server.chat("tiny", [{"role": "user", "content": "hi"}], max_tokens=3)
     assert result.ok and text == "a" and result.output_tokens == 1
     assert server._kept.conn is None  # what follows [DONE] never ended: this connection cannot carry another
+
+
+def test_ctrl_c_before_the_measured_run_says_nothing_was_measured(liar: LyingServer, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C in the warm-up (before any request is timed) is one line and 130, not a report of zeros."""
+    def interrupted(self: Server, model: str, messages: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Server, "chat", interrupted)
+    code = command.main(url_of(liar), replace(SMALL, warmup=1), as_json=True, environ={"VLLM_API_KEY": KEY})
+    captured = capsys.readouterr()
+    assert (130, "") == (code, captured.out)
+    assert "nothing was measured" in captured.err and len(captured.err.strip().splitlines()) == 1
