@@ -26,7 +26,8 @@ from launcher.config import secrets
 from launcher.config.load import load
 from launcher.config.profile import Profile
 from launcher.errors import EX_CONFIG, EX_OK, EX_USAGE, LauncherError
-from launcher.statedir import read_json, state_root
+from launcher.runstate import Phase, read_state
+from launcher.statedir import state_root
 from launcher.vllm import command as vllm_command
 
 READY_TIMEOUT_S = 3600.0  # --compare: how long one start of the profile may take
@@ -175,8 +176,8 @@ class supervised:  # noqa: N801 - used as a context manager, like contextlib's
                 tail = (self.proc.stderr.read() if self.proc.stderr else b"").decode(errors="replace").strip()
                 raise ServerError(f"vllm-launch up {' '.join(self.argv[4:7])} exited {code} before serving"
                                   + (f": {tail.splitlines()[-1]}" if tail else ""), EX_CONFIG if code == 78 else 75)
-            data = read_json(self.state)
-            if isinstance(data, dict) and data.get("pid") == self.proc.pid and data.get("phase") == "serving":
+            found = read_state(self.state)
+            if found is not None and found.pid == self.proc.pid and found.phase is Phase.SERVING:
                 return self
             time.sleep(0.5)
         self.__exit__()

@@ -8,11 +8,12 @@ wait is on it, so SIGTERM ends everything at once, whatever the daemon is doing.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -24,7 +25,8 @@ from launcher.config.load import load
 from launcher.config.profile import FlagValue, Profile
 from launcher.errors import EX_OK, ConfigError, LauncherError, ProfileError, UsageError
 from launcher.run import container, ladder, logs, metrics, prelaunch, serving, startup, state, supervisor
-from launcher.run.session import Session, Stopped, describe_overrides
+from launcher.run.session import Installed, RunConfig, Session, Stopped, describe_overrides
+from launcher.runstate import Decision, Phase
 from launcher.statedir import ensure_state_dirs, ensure_writable_dir
 from launcher.vllm import install
 from launcher.vllm.versions import semantics
@@ -100,21 +102,21 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
         store = state.StateStore(directory)
         exporter = _start_metrics(profile, store)
         store.update(profile=profile.name, source=profile.source, profile_digest=profile.digest, pid=os.getpid(),
-                     phase="preflight", started_at=time.time(), decisions=[], attempt=0,
+                     phase=Phase.PREFLIGHT, started_at=time.time(), decisions=[], attempt=0,
                      capacity=None, error=None, served_model_name=None, url=None,
                      # The earlier run's processes stay on record until they are stopped (_run): a crash
                      # in between must not forget them.
                      child=previous.get("child") if isinstance(previous, dict) else None)
-        session = Session(profile, stop, store, inventory_path=inventory_path, environ=environ, console=console,
-                          verbose=verbose, placement=where,
-                          reload=reload or threading.Event(), sets=sets)
+        config = RunConfig(profile, environ, inventory_path=inventory_path, console=console, verbose=verbose,
+                           sets=sets, placement=where)
+        session = Session(config, stop, store, reload=reload or threading.Event())
         session.notify(STATUS="preflight")
         try:
             return _run(session, directory, previous)
         except Stopped:
             return _shutdown(session, "signal")
         except LauncherError as exc:
-            store.update(phase="failed", error=str(exc))
+            store.update(phase=Phase.FAILED, error=str(exc))
             session.notify(STATUS=f"failed: {str(exc)[:200]}")
             log.error("failed", exit_code=exc.exit_code, error=str(exc))
             raise
@@ -144,103 +146,104 @@ def _run(session: Session, directory: Path, previous: Any) -> int:
     supervisor.set_child_subreaper()
     prelaunch.stop_recorded_leftovers(previous)
     session.store.update(child=None)
-    if not session.worker:
+    where = session.config.placement
+    if not session.config.worker:
         prelaunch.check_port(session.profile)
-    if session.placement is not None:
-        log.info("nodes.placement", rank=session.placement.rank, of=session.placement.count,
-                 head=f"{session.placement.master_addr}:{session.placement.master_port}",
-                 backend=session.placement.backend,
+    if where is not None:
+        log.info("nodes.placement", rank=where.rank, of=where.count, head=f"{where.master_addr}:{where.master_port}",
+                 backend=where.backend,
                  model=f"{session.profile.model}: checked on this node only; it must be at the same path on every node")
-        if session.placement.backend == "ray":
+        if where.backend == "ray":
             prelaunch.check_ray(session.profile, session.run_command)
     session.check_stop()
-    overrides = startup.start(session, _prepare(session, directory))
+    session.ready = startup.start(session, _prepare(session, directory))
     while True:
         outcome = serving.serve(session)
         if outcome.kind == "stopped":
             return _shutdown(session, "signal")
         if outcome.kind == "reload":
-            if _reload(session):
-                overrides = startup.start(session, _prepare(session, directory))
+            new = _reload(session.config, session.installed, session.notify)
+            if new is not None:  # changed: vLLM stops, and starts again from the new profile
+                log.info("reload.rolling", old_digest=session.profile.digest, new_digest=new.profile.digest)
+                session.notify(STATUS="reloading: stopping vLLM to start it with the new profile")
+                session.stop_child(session.profile.launcher.stop_grace_s)
+                session.ready, session.config = None, new
+                session.store.update(profile_digest=new.profile.digest, phase=Phase.RELOADING)
+                session.ready = startup.start(session, _prepare(session, directory))
             continue  # unchanged or refused: the server that answers goes on serving
+        overrides = session.ready.overrides if session.ready is not None else {}
+        session.ready = None
         serving.restart_or_give_up(session, outcome)
-        overrides = startup.start(session, overrides)
+        session.ready = startup.start(session, dict(overrides))
 
 
 def _prepare(session: Session, directory: Path) -> dict[str, FlagValue | None]:
     """What vLLM is, the flags it accepts, the GPU preflight: the overrides the first attempt starts with."""
     prof = session.profile
-    session.secrets = secrets.resolve(prof, session.environ)
+    keys = secrets.resolve(prof, session.environ)
     vllm_bin = install.find_vllm(prof.launcher.vllm_bin, session.environ)
     # Each probe below can take many seconds (vLLM imports torch): a SIGTERM ends it and the run at once.
-    installed = install.installed_version(vllm_bin, run=session.run_command)
-    session.version = semantics(installed)
-    session.catalog = install.catalog_for(vllm_bin, installed, install.cache_dir(session.environ),
-                                          run=session.run_command)
+    version = install.installed_version(vllm_bin, run=session.run_command)
+    catalog = install.catalog_for(vllm_bin, version, install.cache_dir(session.environ), run=session.run_command)
     session.check_stop()
-    flags.check_profile_flags(prof, session.catalog)
-    session.vllm_bin = str(vllm_bin)
-    log.info("preflight.vllm", vllm=session.vllm_bin, version=installed, flags=session.catalog.source)
-    start, gpu_id = prelaunch.preflight(session)
+    flags.check_profile_flags(prof, catalog)
+    session.installed = Installed(str(vllm_bin), semantics(version), catalog, keys)
+    log.info("preflight.vllm", vllm=str(vllm_bin), version=version, flags=catalog.source)
+    start, gpu = prelaunch.preflight(session)
     session.check_stop()
-    session.gpu_id = gpu_id
-    session.lkg_key = state.lkg_key(prof.digest, *gpu_id, session.semantics.version)
-    remembered = _last_known_good(directory, session)
+    session.installed = installed = dataclasses.replace(
+        session.vllm, gpu=gpu, lkg_key=state.lkg_key(prof.digest, *gpu, session.vllm.semantics.version))
+    remembered = _last_known_good(directory, installed)
     if remembered is not None:
         record, overrides = remembered
         # Today's GPU state (preflight: memory held by others, no FP8) still wins over the record.
         start = {**overrides, **start}
         log.info("ladder.start_from_last_known_good", overrides=start, kv_tokens=record.get("kv_tokens"))
-        session.store.record_decision(attempt=0, **{"class": "last_known_good"}, change=describe_overrides(start),
-                                      reason="this rung reached READY before on this GPU and vLLM version")
+        session.store.record_decision(Decision(0, "last_known_good", describe_overrides(start),
+                                               "this rung reached READY before on this GPU and vLLM version"))
     return dict(start)
 
 
-def _last_known_good(directory: Path, session: Session) -> tuple[dict[str, Any], dict[str, FlagValue | None]] | None:
+def _last_known_good(directory: Path, installed: Installed
+                     ) -> tuple[dict[str, Any], dict[str, FlagValue | None]] | None:
     """The record of this profile, GPU and vLLM, and its overrides as validated flags. The state directory
     is writable by the service user (and so by vLLM): a record that fails the profile's checks is ignored."""
-    record = state.load_lkg(directory, session.lkg_key)
-    if record is None or session.catalog is None:
+    record = state.load_lkg(directory, installed.lkg_key)
+    if record is None:
         return None
     source = str(directory / "last_known_good.json")
     try:
         return record, validate.check_overrides(record.get("overrides", {}), source, ladder.TUNED_FLAGS,
-                                                session.catalog)
+                                                installed.catalog)
     except ProfileError as exc:
         log.warning("last_known_good.ignored", error=str(exc), action="starting from the profile as written")
         return None
 
 
-def _reload(session: Session) -> bool:
-    """SIGHUP: read the profile again. Unchanged or invalid: keep serving (and say why). Changed: stop
-    vLLM and start it with the new profile (True). A new port needs a restart: the port lock is ours."""
-    old = session.profile
+def _reload(config: RunConfig, installed: Installed | None, notify: Callable[..., None]) -> RunConfig | None:
+    """SIGHUP: read the profile again. Unchanged or invalid: keep serving (and say why; None). Changed: the
+    run configuration to start vLLM with. A new port needs a restart: the port lock is ours."""
+    old = config.profile
     try:
-        new = load(old.source, session.sets)
-        if session.catalog is not None:
-            flags.check_profile_flags(new, session.catalog)
-        secrets.resolve(new, session.environ)
+        new = load(old.source, config.sets)
+        if installed is not None:
+            flags.check_profile_flags(new, installed.catalog)
+        secrets.resolve(new, config.environ)
     except Exception as exc:  # whatever reading the new profile does, the server that answers goes on
         # A LauncherError is already one line; anything else (a bug the profile found) gets its type named.
         reason = str(exc) if isinstance(exc, LauncherError) else f"{old.source}: {type(exc).__name__}: {exc}"
         reason = " ".join(reason.split())
         log.error("reload.refused", reason=reason, action="still serving the profile as it was")
-        session.notify(STATUS=f"reload refused: {reason[:200]}")
-        return False
+        notify(STATUS=f"reload refused: {reason[:200]}")
+        return None
     if new.digest == old.digest:
         log.info("reload.unchanged")
-        return False
+        return None
     if (new.port, new.host) != (old.port, old.host):
         log.error("reload.refused", reason="vllm.port or vllm.host changed: restart the service to move it")
-        session.notify(STATUS="reload refused: a new port or host needs a restart")
-        return False
-    log.info("reload.rolling", old_digest=old.digest, new_digest=new.digest)
-    session.notify(STATUS="reloading: stopping vLLM to start it with the new profile")
-    session.stop_child(old.launcher.stop_grace_s)
-    session.serving = False
-    session.profile = new
-    session.store.update(profile_digest=new.digest, phase="reloading")
-    return True
+        notify(STATUS="reload refused: a new port or host needs a restart")
+        return None
+    return dataclasses.replace(config, profile=new)
 
 
 def _shutdown(session: Session, why: str) -> int:
@@ -249,8 +252,8 @@ def _shutdown(session: Session, why: str) -> int:
     grace = session.grace_for_stop()
     started = time.monotonic()
     report = session.stop_child(grace)
-    session.serving = False
-    session.store.update(phase="stopped", stopped_at=time.time())
+    session.ready = None
+    session.store.update(phase=Phase.STOPPED, stopped_at=time.time())
     log.info("shutdown.complete", seconds=round(time.monotonic() - started, 2),
              **(report.to_log() if report else {"returncode": None, "leftovers": []}))
     return EX_OK

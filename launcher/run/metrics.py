@@ -18,10 +18,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from launcher.config.profile import MetricsSettings
+from launcher.runstate import Capacity, Phase, State
 
 log = structlog.get_logger("vllm_launch")
 
-PHASES = ("preflight", "starting", "serving", "restarting", "reloading", "failed", "stopped")
 
 
 class StateCollector(Collector):
@@ -30,46 +30,43 @@ class StateCollector(Collector):
     def __init__(self, profile: str) -> None:
         self.profile = profile
         self._lock = threading.Lock()
-        self._data: dict[str, Any] = {}
+        self._state = State.from_dict({})
 
     def observe(self, data: Mapping[str, Any]) -> None:
+        state = State.from_dict(data)
         with self._lock:
-            self._data = {key: data.get(key) for key in
-                          ("phase", "attempt", "capacity", "time_to_ready_s", "decisions", "counts", "rung",
-                           "vllm_version")}
+            self._state = state
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            data = dict(self._data)
+            state = self._state
         labels = ["profile"]
         phase = GaugeMetricFamily("vllm_launch_phase", "1 for the supervisor's current phase", labels=[*labels, "phase"])
-        for name in PHASES:
-            phase.add_metric([self.profile, name], 1.0 if data.get("phase") == name else 0.0)
+        for name in Phase:
+            phase.add_metric([self.profile, str(name)], 1.0 if state.phase is name else 0.0)
         yield phase
-        yield _gauge("vllm_launch_attempt", "start-up attempt number of this run", self.profile, data.get("attempt"))
-        counts = data.get("counts") or {}
+        yield _gauge("vllm_launch_attempt", "start-up attempt number of this run", self.profile, state.attempt)
         for key, help_text in (("restarts", "engine restarts after READY, by failure class"),
                                ("ladder_steps", "ladder steps (a changed flag after a failed start), by failure class")):
             family = CounterMetricFamily(f"vllm_launch_{key}", help_text, labels=[*labels, "class"])
-            for cls, count in sorted((counts.get(key) or {}).items()):
-                family.add_metric([self.profile, str(cls)], float(count))
+            for cls, count in sorted((state.counts.get(key) or {}).items()):
+                family.add_metric([self.profile, cls], float(count))
             yield family
-        capacity = data.get("capacity") or {}
+        capacity = state.capacity or Capacity()
         yield _gauge("vllm_launch_kv_tokens", "KV-cache tokens of the served rung (vLLM's log)", self.profile,
-                     capacity.get("kv_tokens"))
+                     capacity.kv_tokens)
         yield _gauge("vllm_launch_kv_sessions", "full max-model-len sessions the KV cache holds", self.profile,
-                     capacity.get("sessions"))
+                     capacity.sessions)
         yield _gauge("vllm_launch_time_to_ready_seconds", "seconds from launch to READY of the last start",
-                     self.profile, data.get("time_to_ready_s"))
-        failures = [d for d in data.get("decisions") or [] if d.get("class") not in (None, "last_known_good")]
+                     self.profile, state.time_to_ready_s)
+        failures = [d for d in state.decisions if d.cls != "last_known_good"]
         last = InfoMetricFamily("vllm_launch_last_failure", "the latest failure class", labels=labels)
         if failures:
-            last.add_metric([self.profile], {"class": str(failures[-1]["class"])})
+            last.add_metric([self.profile], {"class": failures[-1].cls})
         yield last
-        rung = data.get("rung") or {}
         info = InfoMetricFamily("vllm_launch", "what is served", labels=labels)
-        info.add_metric([self.profile], {"vllm_version": str(data.get("vllm_version") or "unknown"),
-                                         "rung": ",".join(f"{k}={v}" for k, v in sorted(rung.items())) or "as written"})
+        info.add_metric([self.profile], {"vllm_version": state.vllm_version or "unknown", "rung": ",".join(
+            f"{k}={v}" for k, v in sorted(state.rung.items())) or "as written"})
         yield info
 
 

@@ -21,12 +21,11 @@ from launcher.plan.capacity import capacity_for, capacity_inputs
 from launcher.plan.hostfacts import host_facts
 from launcher.plan.preflight import evaluate
 from launcher.run import gpurelease, processes
-from launcher.run.session import Session
+from launcher.run.session import GpuIdentity, Session
 from launcher.vllm import command
 
 log = structlog.get_logger("vllm_launch")
 
-GpuId = tuple[str, int, str | None]  # (GPU name, count, driver): the last-known-good key's hardware part
 
 
 def stop_recorded_leftovers(previous: Any) -> None:
@@ -53,32 +52,32 @@ def check_port(profile: Profile) -> None:
                               "listens there or set vllm.port to a free port") from None
 
 
-def preflight(session: Session) -> tuple[dict[str, FlagValue | None], GpuId]:
+def preflight(session: Session) -> tuple[dict[str, FlagValue | None], GpuIdentity]:
     """The overrides the first attempt starts with, and the GPU it runs on; raises when a launch is doomed."""
     prof = session.profile
     probe: GpuProbe | None = None
     if prof.launcher.device == "cpu":
         inventory = GpuInventory(source="host")
-        gpu_id: GpuId = ("cpu", 1, None)
+        gpu_id = GpuIdentity("cpu", 1, None)
     else:
         probe = session.probe()
         inventory = probe.read() if probe is not None else GpuInventory(
             source="none", error="no NVIDIA driver or GPU found (no NVML, no nvidia-smi)")
         devices = inventory.visible_devices
-        gpu_id = (devices[0].name if devices else "none", len(devices), inventory.driver_version)
+        gpu_id = GpuIdentity(devices[0].name if devices else "none", len(devices), inventory.driver_version)
     cap = None
     gpu = gpu_spec(inventory, prof.gpus_needed) if prof.launcher.device != "cpu" else host_gpu(session.environ)
     with contextlib.suppress(LauncherError):
         # vLLM runs with the profile's env: its HF_HOME decides where the model is cached.
         files = modelinfo.find_model(prof.model, None, {**session.environ, **prof.env})
         if gpu is not None:
-            plan = command.build_plan(prof, {}, vllm_bin=session.vllm_bin, catalog=session.catalog,
-                                      placement=session.placement)
-            cap = capacity_for(prof, plan, gpu, session.semantics, files, None)
+            plan = command.build_plan(prof, {}, vllm_bin=session.vllm.vllm_bin, catalog=session.vllm.catalog,
+                                      placement=session.config.placement)
+            cap = capacity_for(prof, plan, gpu, session.vllm.semantics, files, None)
             record = calibration.matching(calibration.load(session.store.directory).values(), calibration.key(
-                gpu.model.name, gpu.count, session.semantics.version, prof.model, plan.flags), gpu_id[2])
+                gpu.model.name, gpu.count, session.vllm.semantics.version, prof.model, plan.flags), gpu_id.driver)
             if record is not None and prof.launcher.device != "cpu":
-                inputs = capacity_inputs(prof, plan, gpu, session.semantics, files, None)
+                inputs = capacity_inputs(prof, plan, gpu, session.vllm.semantics, files, None)
                 cap = calibration.predict(inputs, record, cap)
     host = host_facts(prof, environ=session.environ)
     if host.leftovers:
@@ -94,7 +93,7 @@ def preflight(session: Session) -> tuple[dict[str, FlagValue | None], GpuId]:
         host = host_facts(prof, environ=session.environ)
     if prof.launcher.device != "cpu" and inventory.visible_devices:
         session.gpu_baseline = gpurelease.baseline(inventory.visible_devices)
-    result = evaluate(prof, inventory, host=host, capacity=cap, version=session.semantics)
+    result = evaluate(prof, inventory, host=host, capacity=cap, version=session.vllm.semantics)
     for problem in result.problems:
         (log.error if problem.severity == "error" else log.warning)(
             "preflight.problem", code=problem.code, message=problem.message, fix=problem.fix)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from launcher.config.profile import Requirements, parse_max_model_len
 from launcher.procstat import is_vllm_title
+from launcher.run.health import Probe
 from launcher.run.logpump import EOF
 from launcher.run.processes import remembered
 from launcher.run.supervisor import Child, Outcome, outcome
@@ -26,9 +27,9 @@ ROOT_CAUSE_WAIT_S = 2.0
 class ReadyCheck:
     """How to tell that the server is ready: /health, /v1/models, optionally a completion."""
 
-    health: Callable[[], bool]
-    models: Callable[[], tuple[bool, str, int | None]]
-    completion: Callable[[], tuple[bool, str]] | None = None
+    health: Callable[[], Probe]
+    models: Callable[[], Probe]  # its max_model_len is what the server says it serves
+    completion: Callable[[], Probe] | None = None
     interval_s: float = 0.5
 
 
@@ -74,7 +75,6 @@ def wait_ready(child: Child, stop: threading.Event, check: ReadyCheck, *, on_eve
     generic_since: float | None = None
     accusation: Accusation | None = None
     acquitted_seen = 0
-    models_info: tuple[bool, str, int | None] = (False, "", None)
     diagnoser = child.pump.diagnoser
     while True:
         if stop.is_set():
@@ -130,15 +130,15 @@ def wait_ready(child: Child, stop: threading.Event, check: ReadyCheck, *, on_eve
                                                 "(launcher.startup_timeout)")
         if now >= next_probe:
             next_probe = now + check.interval_s
-            if check.health():
-                models_info = check.models()
-                if models_info[0] and (check.completion is None or check.completion()[0]):
+            if check.health().ok:
+                models = check.models()
+                if models.ok and (check.completion is None or check.completion().ok):
                     with child.pump.lock:
                         cleared = diagnoser.acquit()  # the server answers: a standing line did not end it
                     if cleared is not None:
                         on_acquit(cleared, "the server answered /health and /v1/models")
                     child.remember_descendants()
-                    return outcome(child, "ready", models_info[1], max_model_len=models_info[2])
+                    return outcome(child, "ready", models.detail, max_model_len=models.max_model_len)
 
 
 def _convict(child: Child, evidence: str) -> None:

@@ -16,6 +16,7 @@ from launcher.run.liveness import Verdict, Work, judge, parse_work
 from launcher.run.logpump import EOF
 from launcher.run.session import Session, Stopped
 from launcher.run.supervisor import FAILED_ATTEMPT_GRACE_S, Child, Outcome, outcome
+from launcher.runstate import Decision, Phase
 from launcher.units import format_duration
 
 log = structlog.get_logger("vllm_launch")
@@ -45,7 +46,7 @@ class CompletionCheck:
     that waited in a busy server's queue is told apart from one a wedged engine never answered
     (launcher/run/liveness.py)."""
 
-    def __init__(self, send: Callable[[], bool], interval_s: float, clock: Callable[[], float],
+    def __init__(self, send: Callable[[], health.Probe], interval_s: float, clock: Callable[[], float],
                  read_metrics: Callable[[], Reading] | None = None) -> None:
         self.send = send
         self.read_metrics = read_metrics
@@ -62,7 +63,7 @@ class CompletionCheck:
 
         def run() -> None:
             before = self.read_metrics() if self.read_metrics is not None else None
-            if self.send():
+            if self.send().ok:
                 self.result = ProbeResult(True)
                 return
             if before is None or self.read_metrics is None:
@@ -84,8 +85,8 @@ class CompletionCheck:
         return self.result or ProbeResult(False, Verdict.UNKNOWN)
 
 
-def watch(child: Child, stop: threading.Event, *, health: Callable[[], bool], interval_s: float, failures: int,
-          tick: Callable[[], None], clock: Callable[[], float] = time.monotonic,
+def watch(child: Child, stop: threading.Event, *, probe_health: Callable[[], health.Probe], interval_s: float,
+          failures: int, tick: Callable[[], None], clock: Callable[[], float] = time.monotonic,
           reload: threading.Event | None = None, completion: CompletionCheck | None = None) -> Outcome:
     """After READY: return when we are stopped, asked to reload, or the engine dies: it exits, `failures`
     probes fail in a row (/health, or the periodic completion), or vLLM logs its death and /health agrees.
@@ -142,7 +143,7 @@ def watch(child: Child, stop: threading.Event, *, health: Callable[[], bool], in
                                                      "(launcher.health.completion_interval): the engine is wedged")
         if now >= next_probe:
             next_probe = now + interval_s
-            if health():
+            if probe_health().ok:
                 if suspect is not None:
                     log.warning("serving.death_line_ignored", line=suspect[:300],
                                 reason="/health still answers and vLLM runs: not vLLM's own record")
@@ -187,17 +188,17 @@ def serve(session: Session) -> Outcome:
         raise Stopped  # the child was stopped while becoming ready
     policy = session.profile.launcher.health
     plan = child.plan
-    api_key = session.secrets.get("VLLM_API_KEY")
+    api_key = session.vllm.secrets.get("VLLM_API_KEY")
 
-    def send_completion() -> bool:
+    def send_completion() -> health.Probe:
         return health.check_completion(plan.base_url, plan.served_model_name, api_key,
-                                       timeout=policy.completion_timeout_s).ok
+                                       timeout=policy.completion_timeout_s)
 
     # A worker rank watches its head's /health: a head that is gone means the group is gone; restart the rank.
-    completion = None if session.worker else CompletionCheck(
+    completion = None if session.config.worker else CompletionCheck(
         send_completion, policy.completion_interval_s, time.monotonic,
         read_metrics=lambda: read_metrics(plan.base_url, policy.timeout_s))
-    return watch(child, session.stop, health=lambda: health.check_health(plan.base_url, policy.timeout_s).ok,
+    return watch(child, session.stop, probe_health=lambda: health.check_health(plan.base_url, policy.timeout_s),
                  interval_s=policy.interval_s, failures=policy.failures, tick=lambda: session.tick(child),
                  reload=session.reload, completion=completion)
 
@@ -208,17 +209,16 @@ def restart_or_give_up(session: Session, outcome: Outcome) -> None:
     log.error("restart.engine_dead", attempt=outcome.attempt, detail=outcome.detail,
               root_cause=outcome.diagnosis.root_cause, returncode=outcome.returncode)
     session.stop_child(FAILED_ATTEMPT_GRACE_S)
-    session.serving = False
     now = time.monotonic()
     session.restarts = [t for t in session.restarts if now - t < policy.window_s] + [now]
-    session.store.record_decision("restarts", attempt=outcome.attempt, change="restart with the same flags",
-                                  reason=f"engine_dead: {outcome.detail}", **{"class": "engine_dead"})
+    session.store.record_decision(Decision(outcome.attempt, "engine_dead", "restart with the same flags",
+                                           f"engine_dead: {outcome.detail}"), counter="restarts")
     if len(session.restarts) > policy.max_restarts:
         raise LadderExhausted(f"the engine died {len(session.restarts)} times within "
                               f"{format_duration(policy.window_s)} (launcher.restart.max {policy.max_restarts}); "
                               f"last: {outcome.detail}")
     delay = min(policy.backoff_max_s, policy.backoff_min_s * 2 ** (len(session.restarts) - 1))
-    session.store.update(phase="restarting")
+    session.store.update(phase=Phase.RESTARTING)
     session.notify(STATUS=f"engine died; restarting in {delay:.0f}s ({len(session.restarts)}/{policy.max_restarts})")
     log.info("restart.backoff", seconds=delay, restarts=len(session.restarts))
     if session.wait(delay):

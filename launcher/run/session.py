@@ -1,4 +1,5 @@
-"""The state one `up` run shares between its stages: the child, the attempts, the store, systemd notifications.
+"""What one `up` run shares between its stages: the frozen run configuration and installed vLLM, and the
+small mutable state around them (the child, the attempts, the store, systemd notifications).
 
 `Session` is the only mutable object of the run/ folder besides the child itself; the stage
 modules (prelaunch, startup, serving) are functions over it, and the daemon strings them together.
@@ -14,7 +15,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -26,8 +27,11 @@ from launcher.gpu.inventory import GpuProbe
 from launcher.gpu.inventory_file import FakeProbe
 from launcher.run import sdnotify, state, supervisor
 from launcher.run.gpurelease import Baseline
+from launcher.run.logpump import RotatingFile
 from launcher.run.processes import reap_orphans
 from launcher.run.progress import CacheGrowth
+from launcher.runstate import Capacity
+from launcher.vllm.command import Plan
 from launcher.vllm.signatures import LogEvent
 from launcher.vllm.versions import VersionSemantics
 
@@ -53,43 +57,99 @@ class Attempt:
     detail: str = ""
 
 
-@dataclass
-class Session:
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """What this `up` was asked to run: the profile and how the daemon was started. Nothing changes it; a
+    reload replaces it whole (daemon._reload)."""
+
     profile: Profile
-    stop: threading.Event
-    store: state.StateStore
+    environ: Mapping[str, str]
     inventory_path: str | None = None
-    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     console: bool = True
     verbose: bool = False  # -v: vLLM's raw lines on the console even when they also go to launcher.log_file
-    reload: threading.Event = field(default_factory=threading.Event)  # SIGHUP: read the profile again
-    sets: tuple[str, ...] = ()  # the --set overrides, kept for a reload
+    sets: tuple[str, ...] = ()  # the --set overrides, applied again by a reload
     placement: Placement | None = None  # this node's rank of a multi-node profile (config/nodes.py)
-    # What vLLM is, resolved before the first attempt (and again after a reload).
-    vllm_bin: str = "vllm"
-    catalog: FlagCatalog | None = None
-    version: VersionSemantics | None = None
+
+    @property
+    def worker(self) -> bool:
+        """A headless worker rank: no API of its own; its head's /health says whether the group serves."""
+        return self.placement is not None and not self.placement.head
+
+
+class GpuIdentity(NamedTuple):
+    """The GPU preflight saw, as the last-known-good and calibration records key it."""
+
+    name: str
+    devices: int  # how many GPUs the run sees
+    driver: str | None
+
+
+NO_GPU = GpuIdentity("none", 0, None)
+
+
+@dataclass(frozen=True, slots=True)
+class Installed:
+    """The vLLM this run starts and the GPU it starts on, resolved before the first attempt (and again after
+    a reload): its binary, what its version means, the flags it accepts, the secrets it gets."""
+
+    vllm_bin: str
+    semantics: VersionSemantics
+    catalog: FlagCatalog
     secrets: Mapping[str, str] = field(default_factory=dict)
+    gpu: GpuIdentity = NO_GPU
     lkg_key: str = ""
-    gpu_id: tuple[str, int, str | None] = ("none", 0, None)  # (GPU name, count, driver) preflight saw
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """An attempt that reached READY: what startup.start returns, and the only way the run is serving."""
+
+    attempt: int
+    overrides: Mapping[str, FlagValue | None]
+    plan: Plan
+    capacity: Capacity
+
+
+@dataclass
+class Session:
+    """The mutable state of one run. Each field has one writer: the daemon (`config`, `installed`, `ready`),
+    startup (`attempts`, `same_flags_retries`, `download`), serving (`restarts`), prelaunch (`gpu_baseline`)
+    and this module (`child`, `stopped_pids`, the clocks)."""
+
+    config: RunConfig
+    stop: threading.Event
+    store: state.StateStore
+    reload: threading.Event = field(default_factory=threading.Event)  # SIGHUP: read the profile again
+    installed: Installed | None = None
+    ready: Ready | None = None  # set by the daemon from startup.start; None while starting or restarting
     download: CacheGrowth | None = None  # the model's HF cache folder, watched while an attempt starts
     gpu_baseline: Baseline | None = None  # GPU memory used before our first launch (None: no GPU)
     stopped_pids: frozenset[int] = frozenset()  # every process of the last attempt: its GPU memory is ours
-    # What happened so far.
     attempts: list[Attempt] = field(default_factory=list)
     restarts: list[float] = field(default_factory=list)
     child: supervisor.Child | None = None
-    serving: bool = False
     last_remember: float = 0.0
     last_extend: float = 0.0
     last_watchdog: float = 0.0
     same_flags_retries: int = 0
 
     @property
-    def semantics(self) -> VersionSemantics:
-        if self.version is None:
-            raise RuntimeError("the vLLM version is resolved before any attempt")
-        return self.version
+    def profile(self) -> Profile:
+        return self.config.profile
+
+    @property
+    def environ(self) -> Mapping[str, str]:
+        return self.config.environ
+
+    @property
+    def vllm(self) -> Installed:
+        if self.installed is None:
+            raise RuntimeError("the installed vLLM is resolved before any attempt")
+        return self.installed
+
+    @property
+    def serving(self) -> bool:
+        return self.ready is not None
 
     def notify(self, **fields: str | int) -> None:
         sdnotify.notify(fields, self.environ)
@@ -171,14 +231,16 @@ class Session:
         if self.stop.is_set():
             raise Stopped
 
-    @property
-    def worker(self) -> bool:
-        """A headless worker rank: no API of its own; its head's /health says whether the group serves."""
-        return self.placement is not None and not self.placement.head
-
     def grace_for_stop(self) -> float:
         grace = self.profile.launcher.stop_grace_s
         return grace if self.serving else min(grace, supervisor.STARTUP_GRACE_S)
+
+    def spawn(self, plan: Plan, *, attempt: int, sink: RotatingFile | None, block_size: int) -> supervisor.Child:
+        """Start vLLM for one attempt; the session holds the child until stop_child."""
+        echo = self.config.console and (self.config.verbose or self.profile.launcher.log_file is None)
+        self.child = supervisor.spawn(plan, attempt=attempt, secrets=self.vllm.secrets, sink=sink, echo=echo,
+                                      environ=self.environ, block_size=block_size)
+        return self.child
 
     def stop_child(self, grace_s: float) -> supervisor.StopReport | None:
         child, self.child = self.child, None
@@ -195,8 +257,8 @@ class Session:
 
     def probe(self) -> GpuProbe | None:
         """The inventory file given with --gpu-inventory, else NVML or nvidia-smi (None: no GPU)."""
-        if self.inventory_path:
-            return FakeProbe(self.inventory_path, self.environ)
+        if self.config.inventory_path:
+            return FakeProbe(self.config.inventory_path, self.environ)
         return detect(self.environ)
 
     def free_fraction(self) -> float | None:

@@ -22,7 +22,8 @@ from launcher.plan import calibration
 from launcher.run import gpurelease, health, ladder, logs, progress, state, supervisor
 from launcher.run.logpump import RotatingFile
 from launcher.run.readiness import ReadyCheck, capacity_gate, wait_ready
-from launcher.run.session import Attempt, Session, Stopped
+from launcher.run.session import Attempt, Ready, Session, Stopped
+from launcher.runstate import Capacity, Decision, Phase
 from launcher.units import format_duration
 from launcher.vllm import command
 from launcher.vllm.signatures import LogEvent
@@ -38,8 +39,8 @@ class AttemptFailed(Exception):
         self.outcome = outcome
 
 
-def start(session: Session, overrides: dict[str, FlagValue | None]) -> dict[str, FlagValue | None]:
-    """Attempts until one is ready; returns the overrides that worked."""
+def start(session: Session, overrides: dict[str, FlagValue | None]) -> Ready:
+    """Attempts until one is ready; returns it (the overrides that worked, its plan and capacity)."""
     prof = session.profile
     tried: list[Mapping[str, FlagValue | None]] = []
 
@@ -68,20 +69,20 @@ def start(session: Session, overrides: dict[str, FlagValue | None]) -> dict[str,
             with retry:
                 if session.stop.is_set():
                     raise Stopped
-                outcome = attempt(session, overrides)
-                if outcome.kind == "ready":
-                    return overrides
+                outcome, ready = attempt(session, overrides)
+                if ready is not None:
+                    return ready
                 if outcome.kind == "stopped":
                     raise Stopped
-                step = ladder.next_step(prof, overrides, outcome.diagnosis, version=session.semantics,
+                step = ladder.next_step(prof, overrides, outcome.diagnosis, version=session.vllm.semantics,
                                         free_fraction=session.free_fraction(), tried=tried)
                 tried.append(dict(overrides))
                 session.same_flags_retries = (session.same_flags_retries + 1
                                               if dict(step.overrides) == overrides else 0)
                 log.info("ladder.step", attempt=outcome.attempt, failure=outcome.diagnosis.cls,
                          change=step.change, reason=step.reason)
-                session.store.record_decision("ladder_steps", attempt=outcome.attempt, change=step.change, reason=step.reason,
-                                              **{"class": outcome.diagnosis.cls})
+                session.store.record_decision(Decision(outcome.attempt, outcome.diagnosis.cls, step.change, step.reason),
+                                              counter="ladder_steps")
                 overrides = dict(step.overrides)
                 raise AttemptFailed(outcome)
     except ladder.Stop as stop:
@@ -99,42 +100,40 @@ def start(session: Session, overrides: dict[str, FlagValue | None]) -> dict[str,
     raise Stopped  # tenacity stopped because the stop event is set
 
 
-def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> supervisor.Outcome:
+def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> tuple[supervisor.Outcome, Ready | None]:
     """One attempt: spawn vLLM with these overrides, wait for READY or failure, stop it if it failed."""
     prof = session.profile
     number = len(session.attempts) + 1
     record = Attempt(number, dict(overrides))
     session.attempts.append(record)
-    plan = command.build_plan(prof, overrides, vllm_bin=session.vllm_bin, catalog=session.catalog,
-                              placement=session.placement)
+    plan = command.build_plan(prof, overrides, vllm_bin=session.vllm.vllm_bin, catalog=session.vllm.catalog,
+                              placement=session.config.placement)
     _wait_for_gpu_memory(session)
     sink = RotatingFile(prof.launcher.log_file, prof.launcher.log_max_bytes,
                         prof.launcher.log_backups) if prof.launcher.log_file else None
     rung = plan.describe_overrides()
-    session.child = child = supervisor.spawn(plan, attempt=number, secrets=session.secrets, sink=sink,
-                                             echo=session.console and (session.verbose or prof.launcher.log_file is None),
-                                             environ=session.environ,
-                                             block_size=ladder.block_size(plan.flags))
+    child = session.spawn(plan, attempt=number, sink=sink, block_size=ladder.block_size(plan.flags))
     log.info("attempt.started", attempt=number, pid=child.pid, overrides=dict(overrides), argv=list(plan.argv))
-    session.store.update(phase="starting", attempt=number, child=supervisor.describe(child), rung=dict(overrides),
+    session.store.update(phase=Phase.STARTING, attempt=number, child=supervisor.describe(child), rung=dict(overrides),
                          rung_description=rung, url=plan.base_url, served_model_name=plan.served_model_name,
-                         vllm_version=session.semantics.version, log_file=str(prof.launcher.log_file or ""))
+                         vllm_version=session.vllm.semantics.version, log_file=str(prof.launcher.log_file or ""))
     session.notify(STATUS=f"attempt {number}: starting vLLM ({rung})")
-    api_key = session.secrets.get("VLLM_API_KEY")
+    api_key = session.vllm.secrets.get("VLLM_API_KEY")
     check = ReadyCheck(
-        health=lambda: health.check_health(plan.base_url).ok,
-        models=lambda: _models(plan, api_key),
-        completion=(lambda: _completion(plan, api_key)) if prof.launcher.health.completion_probe else None)
-    if session.worker:
+        health=lambda: health.check_health(plan.base_url),
+        models=lambda: health.check_models(plan.base_url, plan.served_model_name, api_key),
+        completion=(lambda: health.check_completion(plan.base_url, plan.served_model_name, api_key))
+        if prof.launcher.health.completion_probe else None)
+    if session.config.worker:
         # A headless rank serves no API: it is ready when its own vLLM says it joined the group (its place in
         # the world, loading, its KV cache) and its head answers (plan.base_url is the head's). Something else
         # answering on the head's port proves nothing about this rank.
-        def joined() -> tuple[bool, str, int | None]:
+        def joined() -> health.Probe:
             with child.pump.lock:
                 member = child.pump.diagnoser.joined
             if not member:
-                return False, "this rank has not joined its group yet", None
-            return child.popen.poll() is None, "this rank joined the group and its head serves", None
+                return health.Probe(False, "this rank has not joined its group yet")
+            return health.Probe(child.popen.poll() is None, "this rank joined the group and its head serves")
 
         check = dataclasses.replace(check, completion=None, models=joined)
     growth = progress.CacheGrowth(prof.model, {**session.environ, **prof.env})
@@ -162,13 +161,12 @@ def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> supe
                          on_acquit=on_acquit)
     if outcome.kind == "stopped":
         record.outcome = "stopped"
-        return outcome  # the daemon's shutdown stops the child (start-up grace) and reports its exit and leftovers
+        return outcome, None  # the daemon's shutdown stops the child (start-up grace) and reports its exit and leftovers
     if outcome.kind == "ready":
         gated = capacity_gate(prof.launcher.require, outcome, plan, ladder.block_size(plan.flags))
         if gated is None:
             record.outcome = "ready"
-            _ready(session, child, plan, outcome, overrides)
-            return outcome
+            return outcome, _ready(session, child, plan, outcome, overrides)
         outcome = gated
     report = session.stop_child(supervisor.FAILED_ATTEMPT_GRACE_S)
     record.outcome, record.cls, record.detail = outcome.kind, outcome.diagnosis.cls, outcome.detail
@@ -177,7 +175,7 @@ def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> supe
                 root_cause=d.root_cause, detail=outcome.detail, returncode=report.returncode if report else None,
                 numbers=dict(d.numbers), tail=list(outcome.tail[-8:]) if d.cls == "unknown" else None)
     session.notify(STATUS=f"attempt {number} failed: {d.cls}")
-    return outcome
+    return outcome, None
 
 
 def _wait_for_gpu_memory(session: Session) -> None:
@@ -192,21 +190,20 @@ def _wait_for_gpu_memory(session: Session) -> None:
 
 
 def _ready(session: Session, child: supervisor.Child, plan: command.Plan, outcome: supervisor.Outcome,
-           overrides: Mapping[str, FlagValue | None]) -> None:
+           overrides: Mapping[str, FlagValue | None]) -> Ready:
     """READY: record the capacity and the rung that worked, tell systemd, print the summary."""
     numbers = outcome.diagnosis.numbers
     length = numbers.get("served_max_model_len") or plan.max_model_len
     tokens = numbers.get("kv_tokens")
     sessions = round(tokens / length, 2) if isinstance(tokens, int) and length else None
     elapsed = time.monotonic() - child.started
-    capacity = {"kv_tokens": tokens, "max_model_len": length, "sessions": sessions,
-                "max_concurrency": numbers.get("max_concurrency"), "available_kv_gib": numbers.get("available_kv_gib"),
-                "kv_cache_dtype": plan.kv_cache_dtype, "utilization": plan.utilization}
-    session.serving = True
-    session.store.update(phase="serving", capacity=capacity, ready_at=time.time(), time_to_ready_s=round(elapsed, 1),
-                         child=supervisor.describe(child))
+    capacity = Capacity(tokens if isinstance(tokens, int) else None, length, sessions,
+                        numbers.get("max_concurrency"), numbers.get("available_kv_gib"), plan.kv_cache_dtype,
+                        plan.utilization)
+    session.store.update(phase=Phase.SERVING, capacity=capacity.to_dict(), ready_at=time.time(),
+                         time_to_ready_s=round(elapsed, 1), child=supervisor.describe(child))
     try:
-        state.save_lkg(session.store.directory, session.lkg_key, {"overrides": dict(overrides), "kv_tokens": tokens,
+        state.save_lkg(session.store.directory, session.vllm.lkg_key, {"overrides": dict(overrides), "kv_tokens": tokens,
                                                                   "max_model_len": length})
     except OSError as exc:  # a full disk must not end a server that just became ready
         log.warning("last_known_good.not_saved", error=str(exc))
@@ -220,17 +217,18 @@ def _ready(session: Session, child: supervisor.Child, plan: command.Plan, outcom
     log.info("ready", attempt=child.attempt, url=plan.base_url, served_model_name=plan.served_model_name,
              kv_tokens=tokens, sessions=sessions, max_model_len=length, time_to_ready_s=round(elapsed, 1),
              overrides=dict(overrides))
-    if session.console:
+    if session.config.console:
         _summary(session, plan, capacity, elapsed)
+    return Ready(child.attempt, dict(overrides), plan, capacity)
 
 
 def _record_calibration(session: Session, plan: command.Plan, numbers: Mapping[str, Any], length: int | None) -> None:
     """What vLLM measured on this GPU becomes the next plan's answer for the same setup (GPU runs only)."""
-    name, count, driver = session.gpu_id
+    name, count, driver = session.vllm.gpu
     if session.profile.launcher.device == "cpu" or not count:
         return
     table = match_gpu(name)
-    version = session.semantics
+    version = session.vllm.semantics
     record = calibration.measured(
         numbers, record_key=calibration.key(table.name if table else name, count, version.version,
                                              session.profile.model, plan.flags),
@@ -244,15 +242,15 @@ def _record_calibration(session: Session, plan: command.Plan, numbers: Mapping[s
         log.warning("calibration.not_saved", error=str(exc))
 
 
-def _summary(session: Session, plan: command.Plan, capacity: Mapping[str, Any], elapsed: float) -> None:
+def _summary(session: Session, plan: command.Plan, capacity: Capacity, elapsed: float) -> None:
     decisions = session.store.data.get("decisions") or []
     why = "; ".join(f"{d['change']} ({d['class']})" for d in decisions) or "the profile as written"
-    tokens, sessions = capacity.get("kv_tokens"), capacity.get("sessions")
+    tokens, sessions = capacity.kv_tokens, capacity.sessions
     rows = [
         ("url", f"{plan.base_url}/v1"),
         ("model", f"{plan.served_model_name} ({session.profile.model})"),
         ("KV cache", f"{tokens:,} tokens ({plan.kv_cache_dtype})" if isinstance(tokens, int) else "not reported"),
-        ("sessions", f"{sessions} full sessions of {capacity.get('max_model_len'):,} tokens" if sessions else "-"),
+        ("sessions", f"{sessions} full sessions of {capacity.max_model_len or 0:,} tokens" if sessions else "-"),
         ("rung", f"attempt {len(session.attempts)}: {plan.describe_overrides()} — {why}"),
         ("ready in", format_duration(elapsed)),
     ]
@@ -270,12 +268,3 @@ def _public_url(session: Session) -> str | None:
     pod = session.environ.get("RUNPOD_POD_ID")
     return f"https://{pod}-{session.profile.port}.proxy.runpod.net/v1" if pod else None
 
-
-def _models(plan: command.Plan, api_key: str | None) -> tuple[bool, str, int | None]:
-    probe = health.check_models(plan.base_url, plan.served_model_name, api_key)
-    return probe.ok, probe.detail, probe.max_model_len
-
-
-def _completion(plan: command.Plan, api_key: str | None) -> tuple[bool, str]:
-    probe = health.check_completion(plan.base_url, plan.served_model_name, api_key)
-    return probe.ok, probe.detail

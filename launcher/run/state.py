@@ -21,6 +21,7 @@ import structlog
 from launcher.errors import EX_OK, TransientFailure
 from launcher.run import locks
 from launcher.run.locks import acquire_lock, held_locks, lock_holder, release_lock
+from launcher.runstate import FINAL_PHASES, Decision, Phase, State, read_state
 from launcher.statedir import read_json, state_root, write_json_atomic
 
 __all__ = ["StateStore", "acquire_lock", "held_locks", "lock_holder", "read_json", "release_lock", "state_root",
@@ -64,17 +65,17 @@ class StateStore:
         for listener in self.listeners:
             listener(self.data)
 
-    def record_decision(self, counter: str | None = None, **decision: Any) -> None:
+    def record_decision(self, decision: Decision, counter: str | None = None) -> None:
         """Append a decision; `counter` ("restarts", "ladder_steps") also counts it by failure class, for good:
         the counts survive the cap on the list and a reload (they are the metrics' counters)."""
         decisions = self.data.setdefault("decisions", [])
-        decisions.append({"time": time.time(), **decision})
+        decisions.append(decision.to_dict())
         if len(decisions) > MAX_DECISIONS:
             self.data["decisions_dropped"] = self.data.get("decisions_dropped", 0) + len(decisions) - MAX_DECISIONS
             del decisions[:-MAX_DECISIONS]
         if counter is not None:
             counts = self.data.setdefault("counts", {}).setdefault(counter, {})
-            cls = str(decision.get("class", "unknown"))
+            cls = str(decision.cls)
             counts[cls] = counts.get(cls, 0) + 1
         self.update()
 
@@ -130,16 +131,15 @@ def status_command(profile: str | None, as_json: bool = False, environ: Mapping[
 
     reports = []
     for directory in _profile_dirs(profile, environ):
-        data = read_json(directory / "state.json")
-        if not isinstance(data, dict):
+        found = read_state(directory / "state.json")
+        if found is None:
             continue
         # Running means holding the profile's lock: a recorded PID alone may belong to someone else now.
-        running = lock_holder(directory / "lock") == data.get("pid") and _alive(data.get("pid"))
-        if not running and data.get("phase") not in ("stopped", "failed"):
-            data["phase"] = f"dead (last phase: {data.get('phase')})"
-        live = health.metrics(str(data["url"])) if running and data.get("phase") == "serving" and data.get("url") \
-            else {}
-        reports.append({**data, "running": running, "live": live})
+        running = found.pid is not None and lock_holder(directory / "lock") == found.pid and _alive(found.pid)
+        live = health.metrics(found.url) if running and found.phase is Phase.SERVING and found.url else {}
+        # `phase` stays what the daemon wrote; `alive` says whether that daemon still runs (`running`: the same,
+        # under its older name).
+        reports.append({**found.raw, "alive": running, "running": running, "live": live})
     if as_json:
         print(json.dumps(reports if profile is None else (reports[0] if reports else None), indent=2, default=str))
         return EX_OK
@@ -152,30 +152,36 @@ def status_command(profile: str | None, as_json: bool = False, environ: Mapping[
 
 
 def _status_text(data: Mapping[str, Any]) -> str:
-    cap = data.get("capacity") or {}
-    lines = [f"{data.get('profile')}: {data.get('phase')}  (vllm-launch PID {data.get('pid')}, "
-             f"vLLM PID {(data.get('child') or {}).get('pid', '-')})"]
-    if data.get("url"):
-        lines.append(f"  url        {data['url']}  model {data.get('served_model_name')}")
-    lines.append(f"  attempt    {data.get('attempt', '-')}  rung: {data.get('rung_description') or 'as written'}")
-    if cap:
-        lines.append(f"  capacity   {cap.get('kv_tokens', 0):,} KV tokens, {cap.get('sessions', '?')} sessions of "
-                     f"{cap.get('max_model_len', '?'):,}" if isinstance(cap.get("max_model_len"), int) else
-                     f"  capacity   {cap}")
+    found = State.from_dict(data)
+    phase: object = found.phase or data.get("phase")
+    if not data.get("alive") and found.phase not in FINAL_PHASES:
+        phase = f"dead (last phase: {phase})"
+    child = data.get("child")
+    child_pid = child.get("pid", "-") if isinstance(child, Mapping) else "-"
+    lines = [f"{found.profile}: {phase}  (vllm-launch PID {found.pid}, vLLM PID {child_pid})"]
+    if found.url:
+        lines.append(f"  url        {found.url}  model {found.served_model_name}")
+    rung = data.get("rung_description")
+    lines.append(f"  attempt    {found.attempt if found.attempt is not None else '-'}  rung: "
+                 f"{rung if isinstance(rung, str) and rung else 'as written'}")
+    cap = found.capacity
+    if cap is not None and cap.kv_tokens is not None and cap.max_model_len:
+        lines.append(f"  capacity   {cap.kv_tokens:,} KV tokens, {cap.sessions if cap.sessions is not None else '?'} "
+                     f"sessions of {cap.max_model_len:,}")
     live = data.get("live") or {}
     if live:
         usage = live.get("vllm:kv_cache_usage_perc", live.get("vllm:gpu_cache_usage_perc"))
         lines.append(f"  live       KV usage {usage * 100:.1f} %, running {live.get('vllm:num_requests_running', 0):.0f}, "
                      f"waiting {live.get('vllm:num_requests_waiting', 0):.0f}" if usage is not None else f"  live {live}")
-    for warning in (data.get("warnings") or [])[-5:]:
+    warnings = data.get("warnings")
+    for warning in (warnings if isinstance(warnings, list) else [])[-5:]:
         if isinstance(warning, dict):
             lines.append(f"  warning    attempt {warning.get('attempt')}: vLLM logged {warning.get('line')!r} "
                          f"({warning.get('class')}), and went on ({warning.get('why')})")
-    for decision in (data.get("decisions") or [])[-5:]:
-        lines.append(f"  decision   attempt {decision.get('attempt')}: {decision.get('class')} → "
-                     f"{decision.get('change')} ({decision.get('reason')})")
-    if data.get("error"):
-        lines.append(f"  error      {data['error']}")
+    for decision in found.decisions[-5:]:
+        lines.append(f"  decision   attempt {decision.attempt}: {decision.cls} → {decision.change} ({decision.reason})")
+    if found.error:
+        lines.append(f"  error      {found.error}")
     return "\n".join(lines)
 
 

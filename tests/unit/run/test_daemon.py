@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,6 +15,8 @@ from launcher.config.load import load, loads
 from launcher.config.profile import Profile
 from launcher.errors import PreflightError
 from launcher.run import daemon, prelaunch
+from launcher.run.session import Installed, RunConfig
+from launcher.vllm.versions import semantics
 from tests.unit.config.test_document import bomb
 
 
@@ -38,15 +39,11 @@ def test_an_earlier_runs_processes_stay_on_record_until_they_are_stopped(
     assert record == state["child"] and "failed" == state["phase"]
 
 
-class ReloadSession:
-    """What `_reload` reads and calls on a Session."""
-
-    def __init__(self, profile: Profile) -> None:
-        self.profile, self.sets, self.catalog, self.environ = profile, (), None, {}
-        self.statuses: list[str] = []
+class Statuses(list[str]):
+    """The STATUS= lines `_reload` sends systemd."""
 
     def notify(self, **fields: str) -> None:
-        self.statuses.append(fields["STATUS"])
+        self.append(fields["STATUS"])
 
 
 @pytest.mark.parametrize(("break_it", "words"), [
@@ -61,14 +58,18 @@ def test_a_reload_that_fails_in_any_way_keeps_serving(tmp_path: Path, monkeypatc
     with one line; the daemon goes on with the profile it serves."""
     path = tmp_path / "p.yaml"
     path.write_text("model: /m\nvllm: {host: 127.0.0.1, port: 18999}\nlauncher: {device: cpu}\n")
-    session = ReloadSession(load(path))
-    serving = session.profile
+    config = RunConfig(load(path), {})
+    statuses = Statuses()
     break_it(path, monkeypatch)
     with capture_logs() as logs:
-        assert daemon._reload(session) is False  # type: ignore[arg-type]
+        assert daemon._reload(config, None, statuses.notify) is None
     refused = [e for e in logs if e["event"] == "reload.refused"]
     assert 1 == len(refused) and words in refused[0]["reason"] and "\n" not in refused[0]["reason"]
-    assert session.profile is serving and words in session.statuses[0]
+    assert words in statuses[0]
+
+
+def installed(lkg_key: str) -> Installed:
+    return Installed("vllm", semantics("0.32.0"), flags.shipped_catalog(), lkg_key=lkg_key)
 
 
 def _raise_bug(*args: object) -> Profile:
@@ -90,9 +91,8 @@ def test_a_tampered_last_known_good_is_ignored_with_a_warning(tmp_path: Path, ov
     """The state directory is writable by the service user, and so by vLLM: its overrides pass the profile's
     validator and the flag catalogue, else the start goes on from the profile as written."""
     (tmp_path / "last_known_good.json").write_text(json.dumps({"k": {"overrides": overrides, "kv_tokens": 1}}))
-    session = SimpleNamespace(lkg_key="k", catalog=flags.shipped_catalog())
     with capture_logs() as logs:
-        assert daemon._last_known_good(tmp_path, session) is None  # type: ignore[arg-type]
+        assert daemon._last_known_good(tmp_path, installed("k")) is None
     ignored = [e for e in logs if e["event"] == "last_known_good.ignored"]
     assert 1 == len(ignored) and str(tmp_path / "last_known_good.json") in ignored[0]["error"]
 
@@ -101,6 +101,5 @@ def test_the_ladders_own_overrides_are_used(tmp_path: Path) -> None:
     saved = {"max-model-len": 8064, "enforce-eager": True, "gpu-memory-utilization": 0.85,
              "kv-cache-dtype": "auto", "max-num-batched-tokens": 1024}
     (tmp_path / "last_known_good.json").write_text(json.dumps({"k": {"overrides": saved, "kv_tokens": 1}}))
-    session = SimpleNamespace(lkg_key="k", catalog=flags.shipped_catalog())
-    found = daemon._last_known_good(tmp_path, session)  # type: ignore[arg-type]
+    found = daemon._last_known_good(tmp_path, installed("k"))
     assert found is not None and saved == found[1]

@@ -17,6 +17,7 @@ from launcher.config.profile import MetricsSettings
 from launcher.errors import ProfileError
 from launcher.run.metrics import Exporter
 from launcher.run.state import MAX_DECISIONS, StateStore
+from launcher.runstate import Decision
 
 BASE = "model: m\nvllm: {port: 8000, host: 127.0.0.1}\nlauncher:\n  metrics: "
 
@@ -29,13 +30,13 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 def served_state(tmp_path: Path) -> StateStore:
     store = StateStore(tmp_path)
     store.update(phase="starting", attempt=1, vllm_version="0.32.0", rung={"gpu-memory-utilization": 0.88})
-    store.record_decision("ladder_steps", attempt=1, change="gpu-memory-utilization 0.92 → 0.88",
-                          reason="no cache blocks", **{"class": "no_cache_blocks"})
+    store.record_decision(Decision(1, "no_cache_blocks", "gpu-memory-utilization 0.92 → 0.88", "no cache blocks"),
+                          counter="ladder_steps")
     store.update(phase="serving", attempt=2, time_to_ready_s=41.5,
                  capacity={"kv_tokens": 229632, "sessions": 3.5, "max_model_len": 65536})
     for _ in range(2):
-        store.record_decision("restarts", attempt=2, change="restart with the same flags",
-                              reason="engine_dead: exit -9", **{"class": "engine_dead"})
+        store.record_decision(Decision(2, "engine_dead", "restart with the same flags", "engine_dead: exit -9"),
+                              counter="restarts")
     return store
 
 
@@ -60,7 +61,7 @@ def test_metrics_say_what_the_supervisor_did(tmp_path: Path) -> None:
 def test_counts_outlive_the_cap_on_kept_decisions(tmp_path: Path) -> None:
     store = StateStore(tmp_path)
     for n in range(MAX_DECISIONS + 10):
-        store.record_decision("restarts", attempt=n, change="restart", **{"class": "engine_dead"})
+        store.record_decision(Decision(n, "engine_dead", "restart", ""), counter="restarts")
     assert len(store.data["decisions"]) == MAX_DECISIONS
     assert store.data["decisions"][-1]["attempt"] == MAX_DECISIONS + 9
     assert store.data["decisions_dropped"] == 10

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from launcher.run import serving, supervisor
+from launcher.run.health import Probe
 from launcher.run.liveness import Verdict, Work, judge, parse_work
 from tests.conftest import DATA
 from tests.unit.run.test_supervisor import plan_for
@@ -34,7 +35,8 @@ def watch(child: supervisor.Child, health: list[bool], completion: serving.Compl
     stop = threading.Event()
     threading.Timer(stop_after_s, stop.set).start()
     answers = iter(health)
-    return serving.watch(child, stop, health=lambda: next(answers, health[-1]), interval_s=0.1, failures=3,
+    return serving.watch(child, stop, probe_health=lambda: Probe(next(answers, health[-1]), "/health"), interval_s=0.1,
+                         failures=3,
                          tick=lambda: None, completion=completion)
 
 
@@ -51,10 +53,10 @@ def test_a_wedged_engine_behind_a_healthy_health_endpoint(child: supervisor.Chil
     """/health says 200, but 1-token completions time out: after `failures` of them, the engine is dead."""
     sent: list[float] = []
 
-    def hangs() -> bool:
+    def hangs() -> Probe:
         sent.append(time.monotonic())
         time.sleep(0.2)  # the probe's HTTP timeout
-        return False
+        return Probe(False, "timed out")
 
     outcome = watch(child, [True], serving.CompletionCheck(hangs, 0.3, time.monotonic), stop_after_s=10)
     assert "engine_dead" == outcome.kind and "wedged" in outcome.detail
@@ -63,7 +65,7 @@ def test_a_wedged_engine_behind_a_healthy_health_endpoint(child: supervisor.Chil
 
 def test_completions_that_answer_keep_it_serving(child: supervisor.Child) -> None:
     sent: list[float] = []
-    check = serving.CompletionCheck(lambda: sent.append(1.0) is None, 0.3, time.monotonic)
+    check = serving.CompletionCheck(lambda: Probe(sent.append(1.0) is None, "200"), 0.3, time.monotonic)
     assert "stopped" == watch(child, [True], check, stop_after_s=2).kind
     assert sent, "the completion probe ran"
 
@@ -85,21 +87,21 @@ class Counters:
         return serving.Reading(self.answered, work)
 
 
-def probe_that_times_out(sent: list[float], stop: threading.Event, after: int) -> Callable[[], bool]:
-    def send() -> bool:
+def probe_that_times_out(sent: list[float], stop: threading.Event, after: int) -> Callable[[], Probe]:
+    def send() -> Probe:
         sent.append(time.monotonic())
         if len(sent) >= after:
             stop.set()
         time.sleep(0.05)  # the probe's HTTP timeout
-        return False
+        return Probe(False, "timed out")
     return send
 
 
 def watch_until(child: supervisor.Child, check: serving.CompletionCheck, stop: threading.Event
                 ) -> supervisor.Outcome:
     threading.Timer(60, stop.set).start()  # a bound for a broken watch only; the probes end the test
-    return serving.watch(child, stop, health=lambda: True, interval_s=0.05, failures=3, tick=lambda: None,
-                         completion=check)
+    return serving.watch(child, stop, probe_health=lambda: Probe(True, "/health 200"), interval_s=0.05, failures=3,
+                         tick=lambda: None, completion=check)
 
 
 def test_a_busy_server_whose_probes_time_out_is_not_restarted(child: supervisor.Child) -> None:

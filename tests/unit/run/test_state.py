@@ -16,6 +16,7 @@ import pytest
 
 from launcher.errors import EX_CONFIG, LockHeld, TransientFailure
 from launcher.run import locks, processes, state
+from launcher.runstate import Decision, read_state
 from tests.conftest import ROOT
 
 
@@ -44,7 +45,7 @@ class TestStateFiles:
         """state.json is written whole, mode 0600."""
         store = state.StateStore(tmp_path / "p")
         store.update(phase="starting", attempt=1)
-        store.record_decision(attempt=1, change="max-model-len 32768 → 8064", reason="kv_insufficient")
+        store.record_decision(Decision(1, "kv_insufficient", "max-model-len 32768 → 8064", "kv_insufficient"))
         data = json.loads(store.path.read_text())
         assert ("starting", 1) == (data["phase"], data["attempt"])
         assert "max-model-len 32768 → 8064" == data["decisions"][0]["change"]
@@ -88,6 +89,31 @@ class TestCommands:
     def test_status_without_state(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         assert 0 == state.status_command("qwen3", environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
         assert "no state for qwen3" in capsys.readouterr().out
+
+    def test_status_json_keeps_the_phase_and_says_the_daemon_is_dead(self, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+        """`phase` stays a phase a program can compare; `alive` says that the daemon that wrote it is gone."""
+        state.StateStore(tmp_path / "qwen3").update(pid=2**22 + 12345, phase="serving", profile="qwen3")
+        environ = {"VLLM_LAUNCH_STATE_DIR": str(tmp_path)}
+        assert 0 == state.status_command("qwen3", as_json=True, environ=environ)
+        report = json.loads(capsys.readouterr().out)
+        assert ("serving", False) == (report["phase"], report["alive"])
+        assert 0 == state.status_command("qwen3", environ=environ)
+        assert "qwen3: dead (last phase: serving)" in capsys.readouterr().out
+
+    def test_status_reads_a_tampered_state_file_without_a_traceback(self, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+        """The state directory is writable by vLLM: fields of the wrong type read as absent."""
+        directory = tmp_path / "qwen3"
+        directory.mkdir()
+        (directory / "state.json").write_text(json.dumps({
+            "profile": "qwen3", "pid": "1", "phase": 7, "url": ["http://x"], "capacity": "full",
+            "decisions": [1, {"class": 3, "attempt": "x"}], "counts": {"restarts": {"engine_dead": "9"}}}))
+        assert 0 == state.status_command("qwen3", environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
+        assert "qwen3: dead (last phase: 7)" in capsys.readouterr().out
+        found = read_state(directory / "state.json")
+        assert found is not None and (found.pid, found.phase, found.url, found.capacity) == (None, None, None, None)
+        assert [("unknown", 0)] == [(d.cls, d.attempt) for d in found.decisions] and {"restarts": {}} == found.counts
 
     def test_down_when_not_running(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         state.StateStore(tmp_path / "qwen3").update(pid=2**22 + 12345, phase="serving")

@@ -16,6 +16,7 @@ import pytest
 from launcher.config.load import loads
 from launcher.errors import ConfigError
 from launcher.run import logpump, processes, readiness, supervisor
+from launcher.run.health import Probe
 from launcher.vllm import command
 from tests.integration.harness import poll_for
 
@@ -92,7 +93,7 @@ class TestChild:
         sink = logpump.RotatingFile(tmp_path / "vllm.log", 10**6, 1)
         child = supervisor.spawn(plan_for([sys.executable, "-c", TREE]), attempt=1, secrets={"VLLM_API_KEY": "k"},
                                  sink=sink, echo=False)
-        check = readiness.ReadyCheck(health=lambda: False, models=lambda: (False, "", None))
+        check = readiness.ReadyCheck(health=lambda: Probe(False, "down"), models=lambda: Probe(False, "down"))
         events: list[str] = []
         outcome = readiness.wait_ready(child, threading.Event(), check, on_event=lambda e: events.append(e.kind))
         assert ("failed", "no_cache_blocks") == (outcome.kind, outcome.diagnosis.cls)

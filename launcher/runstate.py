@@ -1,0 +1,145 @@
+"""What state.json says, as types: the phase, the capacity, the decisions; and the one reader of it.
+
+The daemon writes state.json (run/state.py); `status`, the metrics exporter and `bench --compare` read it
+here. The state directory is writable by the service user, and so by vLLM: every field read is checked
+for its type, and a field of the wrong type reads as absent, never as a crash or a wrong answer.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from launcher.statedir import read_json
+
+
+class Phase(enum.StrEnum):
+    """Where one `up` run is (state.json's `phase`, the metrics' `phase` label, systemd's STATUS=)."""
+
+    PREFLIGHT = "preflight"  # checking the GPU, the port, the leftovers of an earlier run
+    STARTING = "starting"  # an attempt is under way
+    SERVING = "serving"  # READY: /health, /v1/models (and the completion probe) answered
+    RESTARTING = "restarting"  # the engine died while serving; backing off before the next start
+    RELOADING = "reloading"  # SIGHUP with a changed profile: stopping vLLM to start it with the new one
+    FAILED = "failed"  # the run ended on an error (exhausted ladder, config error)
+    STOPPED = "stopped"  # SIGTERM/SIGINT: stopped cleanly
+
+    @classmethod
+    def parse(cls, value: object) -> Phase | None:
+        try:
+            return cls(value) if isinstance(value, str) else None
+        except ValueError:
+            return None
+
+
+FINAL_PHASES = frozenset({Phase.STOPPED, Phase.FAILED})
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """The KV cache of the served rung, as vLLM's log reported it at READY."""
+
+    kv_tokens: int | None = None
+    max_model_len: int | None = None
+    sessions: float | None = None  # full max-model-len sessions the KV cache holds
+    max_concurrency: float | None = None
+    available_kv_gib: float | None = None
+    kv_cache_dtype: str | None = None
+    utilization: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Capacity | None:
+        if not isinstance(data, Mapping):
+            return None
+        return cls(kv_tokens=_int(data.get("kv_tokens")), max_model_len=_int(data.get("max_model_len")),
+                   sessions=_number(data.get("sessions")), max_concurrency=_number(data.get("max_concurrency")),
+                   available_kv_gib=_number(data.get("available_kv_gib")),
+                   kv_cache_dtype=_str(data.get("kv_cache_dtype")), utilization=_number(data.get("utilization")))
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One thing the daemon changed and why: a ladder step, a restart, a start from last-known-good."""
+
+    attempt: int
+    cls: str  # the failure class it answers ("class" in state.json)
+    change: str
+    reason: str
+    time: float = field(default_factory=time.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"time": self.time, "attempt": self.attempt, "class": self.cls, "change": self.change,
+                "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Decision | None:
+        if not isinstance(data, Mapping):
+            return None
+        return cls(_int(data.get("attempt")) or 0, _str(data.get("class")) or "unknown", _str(data.get("change")) or "",
+                   _str(data.get("reason")) or "", _number(data.get("time")) or 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """state.json of one profile, read and checked. `raw` is the file as written, for `status --json`."""
+
+    profile: str | None
+    pid: int | None
+    phase: Phase | None
+    url: str | None
+    served_model_name: str | None
+    attempt: int | None
+    capacity: Capacity | None
+    decisions: tuple[Decision, ...]
+    counts: Mapping[str, Mapping[str, int]]  # counter (restarts, ladder_steps) → failure class → count
+    rung: Mapping[str, Any]
+    vllm_version: str | None
+    time_to_ready_s: float | None
+    error: str | None
+    raw: Mapping[str, Any]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> State:
+        decisions = data.get("decisions")
+        rung = data.get("rung")
+        return cls(
+            profile=_str(data.get("profile")), pid=_int(data.get("pid")), phase=Phase.parse(data.get("phase")),
+            url=_str(data.get("url")), served_model_name=_str(data.get("served_model_name")),
+            attempt=_int(data.get("attempt")), capacity=Capacity.from_dict(data.get("capacity")),
+            decisions=tuple(d for d in map(Decision.from_dict, decisions if isinstance(decisions, list) else [])
+                            if d is not None),
+            counts=_counts(data.get("counts")), rung=dict(rung) if isinstance(rung, Mapping) else {},
+            vllm_version=_str(data.get("vllm_version")), time_to_ready_s=_number(data.get("time_to_ready_s")),
+            error=_str(data.get("error")), raw=dict(data))
+
+
+def read_state(path: Path) -> State | None:
+    """state.json at `path`, or None when it is missing, unreadable or not a JSON object."""
+    data = read_json(path)
+    return State.from_dict(data) if isinstance(data, dict) else None
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _counts(value: object) -> dict[str, dict[str, int]]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(counter): {str(cls): n for cls, n in by_class.items() if _int(n) is not None}
+            for counter, by_class in value.items() if isinstance(by_class, Mapping)}
