@@ -88,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     kinds = render.add_subparsers(dest="kind", metavar="KIND", required=True)
     lws = kinds.add_parser("lws", help="a Kubernetes LeaderWorkerSet, its ConfigMap and the leader's Service")
     lws.add_argument("profile", metavar="PROFILE")
-    lws.add_argument("--image", default="vllm-launch:latest", help="the container image (vllm-launch and vLLM)")
+    lws.add_argument("--image", help="the container image (vllm-launch and vLLM; default: the Dockerfile's, "
+                     "vllm-launch:vVERSION for the vLLM release whose flags the launcher ships)")
     lws.add_argument("--gpus-per-node", type=int, metavar="N", help="nvidia.com/gpu per pod (default: the "
                      "profile's tensor × pipeline parallel ÷ nodes.count)")
     lws.add_argument("--namespace", default="default", metavar="NS")
@@ -229,7 +230,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     if args.kind == "systemd":
         print(render.systemd_text(profile, args.node_rank), end="")
         return EX_OK
-    documents = render.lws_manifest(profile, document.read_text(args.profile), image=args.image,
+    documents = render.lws_manifest(profile, document.read_text(args.profile), image=args.image or render.DEFAULT_IMAGE,
                                     gpus_per_node=args.gpus_per_node, namespace=args.namespace)
     print(render.lws_text(documents, f"{documents[1]['metadata']['name']}-secrets"), end="")
     return EX_OK

@@ -110,6 +110,11 @@ def checked_name(name: str, source: str) -> str:
     return name
 
 
+def stop_timeout_s(profile: Profile) -> int:
+    """How long the service manager (systemd, or Kubernetes for a pod) waits for a clean stop before SIGKILL."""
+    return int(profile.launcher.stop_grace_s) + STOP_MARGIN_S
+
+
 def secrets_used(profile: Profile) -> tuple[str, ...]:
     """The credentials the unit loads: only those the profile references (a missing one fails the unit)."""
     return tuple(key for key in ("api_key", "hf_token") if getattr(profile, key) is not None)
@@ -202,7 +207,7 @@ def drop_in(profile: Profile) -> str:
              "# Written by scripts/install-systemd; run it again after adding a secret or changing stop_grace.",
              "[Service]"]
     lines += [f"LoadCredential={key}:{CREDS / f'{name}.{key}'}" for key in secrets_used(profile)]
-    lines.append(f"TimeoutStopSec={int(profile.launcher.stop_grace_s) + STOP_MARGIN_S}s")
+    lines.append(f"TimeoutStopSec={stop_timeout_s(profile)}s")
     # "-": a path that does not exist on this box is skipped instead of failing the unit's namespace setup.
     lines += [f"ReadWritePaths=-{path}" for path in writable_paths(profile)]
     return "\n".join(lines) + "\n"
