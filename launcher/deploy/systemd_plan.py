@@ -27,6 +27,8 @@ CREDS = ETC / "creds"
 UNIT_DIR = PurePosixPath("/etc/systemd/system")
 SYSUSERS = PurePosixPath("/etc/sysusers.d/vllm-launch.conf")
 DEFAULT_PREFIX = PurePosixPath("/opt/vllm-launch")
+# In the checkout: the runtime dependencies at the versions CI tested, so a service installs what was tested.
+CONSTRAINTS = "constraints.txt"
 # Directories the unit already makes writable (StateDirectory=, CacheDirectory=, LogsDirectory=).
 MANAGED = (PurePosixPath("/var/lib/vllm-launch"), PurePosixPath("/var/cache/vllm-launch"),
            PurePosixPath("/var/log/vllm-launch"))
@@ -235,7 +237,9 @@ def install_steps(profile: Profile, profile_text: str, template: str, options: I
     if options.venv:
         venv = options.prefix / "venv"
         target = options.project if options.vllm else f"{options.project}[vllm]"
-        steps += [Run(("python3", "-m", "venv", str(venv))), Run((str(venv / "bin" / "pip"), "install", target))]
+        constraints = str(PurePosixPath(options.project) / CONSTRAINTS)
+        steps += [Run(("python3", "-m", "venv", str(venv))),
+                  Run((str(venv / "bin" / "pip"), "install", target, "-c", constraints))]
     steps += [MakeDir(ETC, 0o755), MakeDir(CREDS, 0o700),
               WriteFile(ETC / f"{name}.yaml", installed_profile(profile_text, profile, options.vllm), 0o644)]
     steps += [WriteFile(CREDS / f"{name}.{key}", value + "\n", 0o600, secret=True) for key, value in secrets.items()]
