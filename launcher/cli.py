@@ -15,6 +15,12 @@ EPILOG = """exit codes: 0 clean stop · 2 usage · 75 start-up failed in a way a
 restart budget exhausted) · 78 the profile, a flag, the model or the GPU can never work as configured"""
 
 
+COMPLETION_SHELLS = ("bash", "zsh")
+# Arguments that name a file: completed as paths (shtab's own FILE, spelt out so the parser needs no shtab).
+_FILE_METAVARS = {"PROFILE", "PROFILE|URL", "LOGFILE", "FILE", "FILE.png"}
+_COMPLETE_FILES = {"bash": "_shtab_compgen_files", "zsh": "_files"}
+
+
 def _add_set(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="override a profile key, e.g. --set vllm.max-model-len=32768 (repeatable)")
@@ -88,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     kinds = render.add_subparsers(dest="kind", metavar="KIND", required=True)
     lws = kinds.add_parser("lws", help="a Kubernetes LeaderWorkerSet, its ConfigMap and the leader's Service")
     lws.add_argument("profile", metavar="PROFILE")
-    lws.add_argument("--image", default="vllm-launch:latest", help="the container image (vllm-launch and vLLM)")
+    lws.add_argument("--image", help="the container image (vllm-launch and vLLM; default: the Dockerfile's, "
+                     "vllm-launch:vVERSION for the vLLM release whose flags the launcher ships)")
     lws.add_argument("--gpus-per-node", type=int, metavar="N", help="nvidia.com/gpu per pod (default: the "
                      "profile's tensor × pipeline parallel ÷ nodes.count)")
     lws.add_argument("--namespace", default="default", metavar="NS")
@@ -119,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--plot", metavar="FILE.png", help="TTFT and TPOT distributions (needs the `plot` extra)")
     bench.add_argument("--compare", choices=("prefix-caching",), help="with a PROFILE: run it with and without "
                        "enable-prefix-caching through the supervisor, side by side")
+
+    completion = sub.add_parser("completion", help="the shell's completion script, printed: "
+                                "vllm-launch completion bash > /etc/bash_completion.d/vllm-launch")
+    completion.add_argument("shell", choices=COMPLETION_SHELLS)
     return parser
 
 
@@ -229,7 +240,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     if args.kind == "systemd":
         print(render.systemd_text(profile, args.node_rank), end="")
         return EX_OK
-    documents = render.lws_manifest(profile, document.read_text(args.profile), image=args.image,
+    documents = render.lws_manifest(profile, document.read_text(args.profile), image=args.image or render.DEFAULT_IMAGE,
                                     gpus_per_node=args.gpus_per_node, namespace=args.namespace)
     print(render.lws_text(documents, f"{documents[1]['metadata']['name']}-secrets"), end="")
     return EX_OK
@@ -246,8 +257,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
                         compare=args.compare)
 
 
+def cmd_completion(args: argparse.Namespace) -> int:
+    try:
+        import shtab
+    except ImportError:
+        print("vllm-launch: completion needs shtab: pip install 'vllm-launch[completion]'", file=sys.stderr)
+        return EX_USAGE
+    parser = build_parser()
+    _complete_files(parser)
+    print(shtab.complete(parser, shell=args.shell).rstrip("\n"))
+    return EX_OK
+
+
+def _complete_files(parser: argparse.ArgumentParser) -> None:
+    for action in parser._actions:
+        if action.metavar in _FILE_METAVARS:
+            action.complete = _COMPLETE_FILES  # type: ignore[attr-defined]  # shtab reads this attribute
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _complete_files(child)
+
+
 COMMANDS = {"plan": cmd_plan, "diagnose": cmd_diagnose, "preflight": cmd_preflight, "up": cmd_up,
-            "status": cmd_status, "down": cmd_down, "bench": cmd_bench, "render": cmd_render}
+            "status": cmd_status, "down": cmd_down, "bench": cmd_bench, "render": cmd_render,
+            "completion": cmd_completion}
 
 
 def _print_json(data: Any) -> None:

@@ -9,18 +9,45 @@ LWS_LEADER_ADDRESS), the API key and the HF token from a Secret (secretKeyRef, n
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
 
 from launcher.config import document
+from launcher.config.flags import SHIPPED_VERSION
 from launcher.config.nodes import LWS_LEADER, RANK_VARIABLE
 from launcher.config.profile import Profile
-from launcher.deploy.systemd_plan import instance_name
+from launcher.deploy.systemd_plan import instance_name, stop_timeout_s
 from launcher.errors import ConfigError
 
 PROFILE_DIR = "/etc/vllm-launch"
 SECRET_KEYS = {"api_key": "VLLM_API_KEY", "hf_token": "HF_TOKEN"}
+# The image the Dockerfile builds, tagged with the vLLM release it bundles: the one the shipped flags are for.
+DEFAULT_IMAGE = f"vllm-launch:v{SHIPPED_VERSION}"
+_VERSION_IN_TAG = re.compile(r"\d+\.\d+(?:\.\d+)?")
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-_.A-Za-z0-9]{0,61}[A-Za-z0-9])?$")
+
+
+def image_version(image: str) -> str | None:
+    """The version an image's tag names (`vllm-launch:v0.32.0` → 0.32.0, `…:nightly` → nightly), as a label
+    value; None without a tag (a digest, or no tag at all) or where the tag is no valid label value."""
+    name = image.split("@", 1)[0]
+    tag = name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else ""
+    match = _VERSION_IN_TAG.search(tag)
+    value = match.group(0) if match else tag
+    return value if _LABEL_VALUE.fullmatch(value) else None
+
+
+def standard_labels(instance: str, image: str) -> dict[str, str]:
+    """Kubernetes' recommended labels (app.kubernetes.io/*): what runs, which instance, at which version, and
+    that vllm-launch manages it (kubectl get -l app.kubernetes.io/managed-by=vllm-launch)."""
+    labels = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": instance}
+    version = image_version(image)
+    if version:
+        labels["app.kubernetes.io/version"] = version
+    labels["app.kubernetes.io/managed-by"] = "vllm-launch"
+    return labels
 
 
 def _need_nodes(profile: Profile) -> Any:
@@ -52,6 +79,9 @@ def lws_manifest(profile: Profile, profile_text: str, *, image: str, gpus_per_no
     secret = f"{name}-secrets"
     port = profile.port
     profile_path = f"{PROFILE_DIR}/{profile.name}.yaml"
+    labels = standard_labels(name, image)  # copied per object: yaml writes one dict met twice as an alias
+    # Kubernetes waits as long before its SIGKILL as systemd does: vLLM stopped in order, GPU memory back.
+    grace_s = stop_timeout_s(profile)
 
     def container(leader: bool) -> dict[str, Any]:
         spec: dict[str, Any] = {
@@ -71,20 +101,22 @@ def lws_manifest(profile: Profile, profile_text: str, *, image: str, gpus_per_no
         return spec
 
     def template(leader: bool) -> dict[str, Any]:
-        return {"metadata": {"labels": {"app.kubernetes.io/name": name, "role": "leader" if leader else "worker"}},
-                "spec": {"containers": [container(leader)], "volumes": [
+        role = "leader" if leader else "worker"
+        return {"metadata": {"labels": {**labels, "app.kubernetes.io/component": role, "role": role}},
+                "spec": {"terminationGracePeriodSeconds": grace_s, "containers": [container(leader)], "volumes": [
                     {"name": "profile", "configMap": {"name": f"{name}-profile"}},
                     # NCCL and vLLM's workers share memory through /dev/shm: the container default is 64 MiB.
                     {"name": "dshm", "emptyDir": {"medium": "Memory"}}]}}
 
-    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-profile", "namespace": namespace},
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-profile", "namespace": namespace,
+                                                                    "labels": dict(labels)},
                   "data": {f"{profile.name}.yaml": _pod_profile(profile_text, profile.source, nodes)}}
     lws = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-           "metadata": {"name": name, "namespace": namespace},
+           "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
            "spec": {"replicas": 1, "leaderWorkerTemplate": {
                "size": nodes.count, "restartPolicy": "RecreateGroupOnPodRestart",
                "leaderTemplate": template(True), "workerTemplate": template(False)}}}
-    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": namespace},
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
                "spec": {"selector": {"leaderworkerset.sigs.k8s.io/name": name, "role": "leader"},
                         "ports": [{"name": "http", "port": port, "targetPort": port}]}}
     return [config_map, lws, service]

@@ -27,6 +27,8 @@ CREDS = ETC / "creds"
 UNIT_DIR = PurePosixPath("/etc/systemd/system")
 SYSUSERS = PurePosixPath("/etc/sysusers.d/vllm-launch.conf")
 DEFAULT_PREFIX = PurePosixPath("/opt/vllm-launch")
+# In the checkout: the runtime dependencies at the versions CI tested, so a service installs what was tested.
+CONSTRAINTS = "constraints.txt"
 # Directories the unit already makes writable (StateDirectory=, CacheDirectory=, LogsDirectory=).
 MANAGED = (PurePosixPath("/var/lib/vllm-launch"), PurePosixPath("/var/cache/vllm-launch"),
            PurePosixPath("/var/log/vllm-launch"))
@@ -108,6 +110,11 @@ def checked_name(name: str, source: str) -> str:
         raise ConfigError(f"{source}: the file name {name!r} becomes the unit instance "
                           "vllm-launch@NAME; rename it to letters, digits, '.', '_' or '-'")
     return name
+
+
+def stop_timeout_s(profile: Profile) -> int:
+    """How long the service manager (systemd, or Kubernetes for a pod) waits for a clean stop before SIGKILL."""
+    return int(profile.launcher.stop_grace_s) + STOP_MARGIN_S
 
 
 def secrets_used(profile: Profile) -> tuple[str, ...]:
@@ -202,7 +209,7 @@ def drop_in(profile: Profile) -> str:
              "# Written by scripts/install-systemd; run it again after adding a secret or changing stop_grace.",
              "[Service]"]
     lines += [f"LoadCredential={key}:{CREDS / f'{name}.{key}'}" for key in secrets_used(profile)]
-    lines.append(f"TimeoutStopSec={int(profile.launcher.stop_grace_s) + STOP_MARGIN_S}s")
+    lines.append(f"TimeoutStopSec={stop_timeout_s(profile)}s")
     # "-": a path that does not exist on this box is skipped instead of failing the unit's namespace setup.
     lines += [f"ReadWritePaths=-{path}" for path in writable_paths(profile)]
     return "\n".join(lines) + "\n"
@@ -230,7 +237,9 @@ def install_steps(profile: Profile, profile_text: str, template: str, options: I
     if options.venv:
         venv = options.prefix / "venv"
         target = options.project if options.vllm else f"{options.project}[vllm]"
-        steps += [Run(("python3", "-m", "venv", str(venv))), Run((str(venv / "bin" / "pip"), "install", target))]
+        constraints = str(PurePosixPath(options.project) / CONSTRAINTS)
+        steps += [Run(("python3", "-m", "venv", str(venv))),
+                  Run((str(venv / "bin" / "pip"), "install", target, "-c", constraints))]
     steps += [MakeDir(ETC, 0o755), MakeDir(CREDS, 0o700),
               WriteFile(ETC / f"{name}.yaml", installed_profile(profile_text, profile, options.vllm), 0o644)]
     steps += [WriteFile(CREDS / f"{name}.{key}", value + "\n", 0o600, secret=True) for key, value in secrets.items()]

@@ -8,8 +8,10 @@ they go to the log file and the console as they are, after a `vllm |` prefix.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
+from collections.abc import Mapping
 from typing import TextIO, cast
 
 import structlog
@@ -17,18 +19,30 @@ import structlog
 _console_lock = threading.Lock()
 
 
-def configure(log_format: str = "auto", stream: TextIO | None = None) -> None:
+def colour_wanted(stream: TextIO, environ: Mapping[str, str]) -> bool:
+    """A terminal gets colour; NO_COLOR (no-color.org) turns it off, FORCE_COLOR (force-color.org) on where
+    there is no terminal (a CI log that renders ANSI). Either counts when set to anything but the empty string;
+    with both, no colour."""
+    if environ.get("NO_COLOR"):
+        return False
+    return bool(environ.get("FORCE_COLOR")) or stream.isatty()
+
+
+def configure(log_format: str = "auto", stream: TextIO | None = None, environ: Mapping[str, str] | None = None) -> None:
     """JSON when the stream is not a terminal (or asked for), the console renderer otherwise."""
     stream = stream or sys.stdout
+    environ = os.environ if environ is None else environ
     json_mode = log_format == "json" or (log_format == "auto" and not stream.isatty())
-    renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if json_mode else structlog.dev.ConsoleRenderer(colors=stream.isatty()))
+    # JSON: a traceback as fields (type, message, frames) a collector can query, not one preformatted string.
+    renderers: list[structlog.typing.Processor] = (
+        [structlog.processors.dict_tracebacks, structlog.processors.JSONRenderer()] if json_mode
+        else [structlog.dev.ConsoleRenderer(colors=colour_wanted(stream, environ))])
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
+            *renderers,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
         # WriteLogger writes message and newline in one call, so the pump's lines cannot land in between.

@@ -12,9 +12,13 @@ import jsonschema
 import pytest
 import yaml
 
+from launcher.cli import main
+from launcher.config.flags import SHIPPED_VERSION
 from launcher.config.load import loads
 from launcher.deploy import render
+from launcher.deploy.systemd_plan import STOP_MARGIN_S, drop_in
 from launcher.errors import ConfigError
+from tests.conftest import ROOT
 from tests.unit.config.test_nodes import TWO
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "data" / "k8s" / "leaderworkerset-v1.schema.json")
@@ -95,3 +99,61 @@ def test_systemd_gives_one_node_its_rank() -> None:
         render.systemd_text(loads(TWO), 2)
     with pytest.raises(ConfigError, match="needs a nodes: section"):
         render.systemd_text(loads("model: m\nvllm: {host: 127.0.0.1}\n"), 0)
+
+
+def test_pods_wait_as_long_as_systemd_does_before_sigkill() -> None:
+    """Kubernetes' grace period is the profile's stop_grace plus the margin systemd's TimeoutStopSec has: 30 s of
+    grace is not enough for vLLM to stop in order and give the GPU memory back."""
+    text = TWO + "launcher: {stop_grace: 45s}\n"
+    lws = render.lws_manifest(loads(text, name="llama70b"), text, image="x")[1]
+    spec = lws["spec"]["leaderWorkerTemplate"]
+    assert [45 + STOP_MARGIN_S] * 2 == [spec[t]["spec"]["terminationGracePeriodSeconds"]
+                                        for t in ("leaderTemplate", "workerTemplate")]
+    assert f"TimeoutStopSec={45 + STOP_MARGIN_S}s" in drop_in(loads(text, name="llama70b"))
+    jsonschema.validate(lws, SCHEMA)
+    assert [] == unknown_fields(lws, SCHEMA)
+
+
+def test_every_object_carries_the_recommended_labels(documents: list[dict[str, Any]]) -> None:
+    """app.kubernetes.io/*: name, instance, component (leader/worker), version (of the image's tag),
+    managed-by; the Service still selects the leader pod."""
+    common = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": "vllm-llama70b",
+              "app.kubernetes.io/version": "1", "app.kubernetes.io/managed-by": "vllm-launch"}
+    for document in documents:
+        assert common == document["metadata"]["labels"]
+    spec = documents[1]["spec"]["leaderWorkerTemplate"]
+    for template, component in (("leaderTemplate", "leader"), ("workerTemplate", "worker")):
+        labels = spec[template]["metadata"]["labels"]
+        assert {**common, "app.kubernetes.io/component": component, "role": component} == labels
+    assert "leader" == documents[2]["spec"]["selector"]["role"]
+
+
+@pytest.mark.parametrize(("image", "version"), [
+    ("vllm-launch:v0.32.0", "0.32.0"), ("registry:5000/team/vllm-launch:0.11.1-cu128", "0.11.1"),
+    ("vllm-launch:nightly", "nightly"), ("registry:5000/vllm-launch", None), ("vllm-launch@sha256:" + "a" * 64, None),
+    ("vllm-launch:" + "x" * 70, None),
+])
+def test_the_version_label_is_the_images_tag(image: str, version: str | None) -> None:
+    """A port in the registry is no tag; a digest has none; a value Kubernetes would refuse is left out."""
+    assert version == render.image_version(image)
+    assert version == render.standard_labels("i", image).get("app.kubernetes.io/version")
+
+
+def test_render_lws_defaults_to_the_image_of_the_shipped_vllm_release(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    profile = tmp_path / "llama70b.yaml"
+    profile.write_text(TWO)
+    assert 0 == main(["render", "lws", str(profile)])
+    lws = list(yaml.safe_load_all(capsys.readouterr().out))[1]
+    container = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
+    assert f"vllm-launch:v{SHIPPED_VERSION}" == container["image"]
+    assert SHIPPED_VERSION == lws["metadata"]["labels"]["app.kubernetes.io/version"]
+
+
+def test_no_image_floats_on_latest() -> None:
+    """The Dockerfile builds on the vLLM release whose flags the launcher ships, and nothing names :latest."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert f"ARG VLLM_VERSION=v{SHIPPED_VERSION}\nFROM vllm/vllm-openai:${{VLLM_VERSION}}\n" in dockerfile
+    assert {f"v{SHIPPED_VERSION}"} == set(re.findall(r"v\d+\.\d+\.\d+", dockerfile))
+    sources = [ROOT / "Dockerfile", *(ROOT / "launcher").rglob("*.py"), *(ROOT / "scripts").iterdir()]
+    assert [] == [str(p) for p in sources if p.is_file() and ":latest" in p.read_text(errors="replace")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -35,3 +36,15 @@ def test_systemd_analyze_verify_is_clean(tmp_path: Path) -> None:
     done = subprocess.run(["systemd-analyze", "verify", "vllm-launch@qwen3.service"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60, check=False)
     assert (0, "") == (done.returncode, done.stderr.strip())
+
+
+def test_documentation_points_at_pages_that_exist() -> None:
+    """`systemctl help vllm-launch@NAME` opens these: the project's pages (pyproject's URLs), each naming a file
+    of this repository. A file:// path would not do: the installer puts only a venv under /opt/vllm-launch."""
+    homepage = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Homepage"]
+    lines = [line for line in UNIT.read_text().splitlines() if line.startswith("Documentation=")]
+    uris = [uri for line in lines for uri in line.removeprefix("Documentation=").split()]
+    assert uris and all(uri.startswith(homepage) for uri in uris)
+    paths = [uri.removeprefix(f"{homepage}/blob/main/") for uri in uris if uri != f"{homepage}#readme"]
+    assert [] == [path for path in paths if not (ROOT / path).is_file()]
+    assert "docs/operations.md" in paths, "exit codes and signals: what an operator looking at the unit needs"
