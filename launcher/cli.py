@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--model", help="the served model name (default: the profile's, or the first listed)")
     bench.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
-    bench.add_argument("--json", action="store_true", help="the result as JSON (stable keys, see README)")
+    bench.add_argument("--json", action="store_true", help="the result as JSON (stable keys, see docs/commands.md)")
     bench.add_argument("--plot", metavar="FILE.png", help="TTFT and TPOT distributions (needs the `plot` extra)")
     bench.add_argument("--compare", choices=("prefix-caching",), help="with a PROFILE: run it with and without "
                        "enable-prefix-caching through the supervisor, side by side")

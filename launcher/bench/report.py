@@ -1,4 +1,4 @@
-"""What `bench` prints: the `--json` document (stable keys, README documents them), the text table, the
+"""What `bench` prints: the `--json` document (stable keys, docs/commands.md documents them), the text table, the
 side-by-side of `--compare prefix-caching`, and the optional `--plot`."""
 
 from __future__ import annotations

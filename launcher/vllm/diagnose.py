@@ -51,7 +51,7 @@ class Diagnosis:
                 "evidence": self.evidence, "warnings": list(self.warnings)}
 
 
-# The numbers a diagnosis reports (documented in README); other captured values stay internal.
+# The numbers a diagnosis reports (documented in docs/commands.md); other captured values stay internal.
 REPORTED_NUMBERS = (
     "kv_tokens", "max_concurrency", "concurrency_len", "estimated_max_model_len", "available_kv_gib",
     "model_loading_gib", "free_gib", "total_gib", "requested_gib", "utilization", "needed_gib", "max_model_len",

@@ -2,7 +2,7 @@
 
 Every case asserts the exit code, that no process of the tree is left (the `launch` fixture), that there is
 no restart loop, and that state and logs are intact. Recovery times are printed at the end of the run
-(the README's fault matrix quotes them).
+(docs/failures.md's fault matrix quotes them).
 """
 
 from __future__ import annotations
