@@ -162,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from launcher.plan import render
+    from launcher.plan.problems import Severity
     from launcher.plan.report import PlanRequest, run_plan
 
     report = run_plan(PlanRequest(
@@ -172,7 +173,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         _print_json(report.to_dict())
     else:
         print(render.plan_text(report))
-    blocking = any(p.severity == "error" for p in report.problems)
+    blocking = any(p.severity is Severity.ERROR for p in report.problems)
     return EX_CONFIG if blocking else EX_OK
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -12,8 +13,14 @@ from launcher.gpu.catalog import GpuSpec
 from launcher.gpu.inventory import GpuInventory
 from launcher.units import GIB
 
-ERROR = "error"
-WARNING = "warning"
+
+class Severity(enum.StrEnum):
+    ERROR = "error"  # the launch is doomed: preflight refuses it
+    WARNING = "warning"  # worth saying; the launch goes on
+
+
+ERROR = Severity.ERROR
+WARNING = Severity.WARNING
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +28,7 @@ class Problem:
     """One finding: what is wrong, how bad, and what to do."""
 
     code: str
-    severity: str  # "error" | "warning"
+    severity: Severity
     message: str
     fix: str
 
@@ -58,7 +65,7 @@ class Findings:
     utilization: float | None = None  # after a rung change
     kv_factor: int = 1  # KV bytes per token multiplier after dropping FP8
 
-    def add(self, severity: str, code: str, message: str, fix: str) -> None:
+    def add(self, severity: Severity, code: str, message: str, fix: str) -> None:
         self.problems.append(Problem(code, severity, message, fix))
 
     def result(self, inventory: GpuInventory, gpu: GpuSpec | None) -> PreflightResult:

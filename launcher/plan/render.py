@@ -5,7 +5,9 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
+from launcher.plan.problems import Severity
 from launcher.units import GIB
+from launcher.vllm.signatures import OK
 
 if TYPE_CHECKING:
     from launcher.plan.problems import PreflightResult
@@ -88,7 +90,7 @@ def diagnosis_text(d: Diagnosis, remedy: str, source: str) -> str:
     for key, value in d.numbers.items():
         shown = ", ".join(value) if key == "valid_tool_parsers" else value
         rows.append((key, f"{shown:,}" if isinstance(shown, int) and not isinstance(shown, bool) else str(shown)))
-    if d.evidence and d.cls != "ok":
+    if d.evidence and d.cls != OK:
         rows.append(("evidence", _EVIDENCE.get(d.evidence, d.evidence)))
     for warning in d.warnings:
         rows.append(("survived", warning[:300]))
@@ -134,7 +136,7 @@ def preflight_text(result: PreflightResult) -> str:
     if result.changes:
         lines.append("Changes:")
         lines += [f"  - {c}" for c in result.changes]
-    errors = sum(p.severity == "error" for p in result.problems)
+    errors = sum(p.severity is Severity.ERROR for p in result.problems)
     warnings = len(result.problems) - errors
     verdict = "BLOCKED" if result.blocking else "OK"
     lines.append(f"preflight: {verdict} ({errors} error{'s' if errors != 1 else ''}, "

@@ -26,6 +26,7 @@ from launcher.config.profile import FlagValue, Profile
 from launcher.errors import EX_OK, ConfigError, LauncherError, ProfileError, UsageError
 from launcher.run import container, ladder, logs, metrics, prelaunch, serving, startup, state, supervisor
 from launcher.run.session import Installed, RunConfig, Session, Stopped, describe_overrides
+from launcher.run.supervisor import Kind
 from launcher.runstate import Decision, Phase
 from launcher.statedir import ensure_state_dirs, ensure_writable_dir
 from launcher.vllm import install
@@ -159,9 +160,9 @@ def _run(session: Session, directory: Path, previous: Any) -> int:
     session.ready = startup.start(session, _prepare(session, directory))
     while True:
         outcome = serving.serve(session)
-        if outcome.kind == "stopped":
+        if outcome.kind is Kind.STOPPED:
             return _shutdown(session, "signal")
-        if outcome.kind == "reload":
+        if outcome.kind is Kind.RELOAD:
             new = _reload(session.config, session.installed, session.notify)
             if new is not None:  # changed: vLLM stops, and starts again from the new profile
                 log.info("reload.rolling", old_digest=session.profile.digest, new_digest=new.profile.digest)

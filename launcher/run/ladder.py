@@ -260,7 +260,7 @@ def describe_remedy(d: Diagnosis, profile: Profile | None = None, version: Versi
     """What the ladder would do for this diagnosis, in one line (for `diagnose`)."""
     from launcher.vllm.versions import semantics
 
-    if d.cls == "ok":
+    if d.cls == OK:
         return "none: no failure in this log"
     if d.cls == ENGINE_DEAD:
         return "restart the engine with the same flags, with backoff (launcher.restart)"

@@ -20,6 +20,7 @@ from launcher.plan import calibration, modelinfo
 from launcher.plan.capacity import capacity_for, capacity_inputs
 from launcher.plan.hostfacts import host_facts
 from launcher.plan.preflight import evaluate
+from launcher.plan.problems import Severity
 from launcher.run import gpurelease, processes
 from launcher.run.session import GpuIdentity, Session
 from launcher.vllm import command
@@ -95,12 +96,12 @@ def preflight(session: Session) -> tuple[dict[str, FlagValue | None], GpuIdentit
         session.gpu_baseline = gpurelease.baseline(inventory.visible_devices)
     result = evaluate(prof, inventory, host=host, capacity=cap, version=session.vllm.semantics)
     for problem in result.problems:
-        (log.error if problem.severity == "error" else log.warning)(
+        (log.error if problem.severity is Severity.ERROR else log.warning)(
             "preflight.problem", code=problem.code, message=problem.message, fix=problem.fix)
     for change in result.changes:
         log.info("preflight.change", change=change)
     if result.blocking:
-        errors = [f"{p.code}: {p.message} → {p.fix}" for p in result.problems if p.severity == "error"]
+        errors = [f"{p.code}: {p.message} → {p.fix}" for p in result.problems if p.severity is Severity.ERROR]
         raise PreflightError("preflight: " + " | ".join(errors))
     if cap is not None:
         log.info("preflight.ok", kv_tokens_estimate=cap.kv_tokens, sessions_estimate=cap.sessions,

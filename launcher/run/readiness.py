@@ -14,7 +14,7 @@ from launcher.procstat import is_vllm_title
 from launcher.run.health import Probe
 from launcher.run.logpump import EOF
 from launcher.run.processes import remembered
-from launcher.run.supervisor import Child, Outcome, outcome
+from launcher.run.supervisor import Child, Kind, Outcome, outcome
 from launcher.vllm.command import Plan
 from launcher.vllm.diagnose import Diagnosis
 from launcher.vllm.signatures import KV_INSUFFICIENT, LogEvent
@@ -78,7 +78,7 @@ def wait_ready(child: Child, stop: threading.Event, check: ReadyCheck, *, on_eve
     diagnoser = child.pump.diagnoser
     while True:
         if stop.is_set():
-            return outcome(child, "stopped", "stop requested")
+            return outcome(child, Kind.STOPPED, "stop requested")
         try:
             event = child.pump.events.get(timeout=0.1)
         except queue.Empty:
@@ -94,7 +94,7 @@ def wait_ready(child: Child, stop: threading.Event, check: ReadyCheck, *, on_eve
             on_acquit(line, "progress after it")
         acquitted_seen += len(acquitted)
         if decided:
-            return outcome(child, "failed", f"fatal log line, confirmed by its {evidence}")
+            return outcome(child, Kind.FAILED, f"fatal log line, confirmed by its {evidence}")
         now = clock()
         if accused:
             if accusation is None or accusation.line is not standing:
@@ -102,31 +102,31 @@ def wait_ready(child: Child, stop: threading.Event, check: ReadyCheck, *, on_eve
             gone = accusation.engine_exited()
             if gone is not None:
                 _convict(child, "engine_exited")
-                return outcome(child, "failed", f"fatal log line, confirmed: {gone} exited after it")
+                return outcome(child, Kind.FAILED, f"fatal log line, confirmed: {gone} exited after it")
             # A silent download (the model's cache folder growing) is progress too: the window waits for it.
             if now - max(accusation.since, last_progress()) >= confirm_window_s:
                 _convict(child, "no_progress")
-                return outcome(child, "failed", f"fatal log line, confirmed: no progress for {confirm_window_s:g}s "
+                return outcome(child, Kind.FAILED, f"fatal log line, confirmed: no progress for {confirm_window_s:g}s "
                                                 "after it (launcher.confirm_window)")
         else:
             accusation = None
         if pending:
             generic_since = generic_since or now
             if now - generic_since >= ROOT_CAUSE_WAIT_S:
-                return outcome(child, "failed", "start-up failed (no specific root cause)")
+                return outcome(child, Kind.FAILED, "start-up failed (no specific root cause)")
         if event is EOF or child.popen.poll() is not None:
             child.pump.join(timeout=2.0)
             _convict(child, "exit")
-            return outcome(child, "failed", f"vLLM exited with {child.popen.wait()}")
+            return outcome(child, Kind.FAILED, f"vLLM exited with {child.popen.wait()}")
         if now >= next_snapshot:
             child.remember_descendants()  # often: an engine that dies must have been seen alive
             next_snapshot = now + 0.5
         silent = now - max(child.pump.last_output, last_progress())
         if silent >= plan.startup_stall_s:
-            return outcome(child, "timed_out", f"no output and no download progress for {silent:.0f}s "
+            return outcome(child, Kind.TIMED_OUT, f"no output and no download progress for {silent:.0f}s "
                                                 "(launcher.startup_stall)")
         if now >= deadline:
-            return outcome(child, "timed_out", f"not ready after {plan.startup_timeout_s:.0f}s "
+            return outcome(child, Kind.TIMED_OUT, f"not ready after {plan.startup_timeout_s:.0f}s "
                                                 "(launcher.startup_timeout)")
         if now >= next_probe:
             next_probe = now + check.interval_s
@@ -138,7 +138,7 @@ def wait_ready(child: Child, stop: threading.Event, check: ReadyCheck, *, on_eve
                     if cleared is not None:
                         on_acquit(cleared, "the server answered /health and /v1/models")
                     child.remember_descendants()
-                    return outcome(child, "ready", models.detail, max_model_len=models.max_model_len)
+                    return outcome(child, Kind.READY, models.detail, max_model_len=models.max_model_len)
 
 
 def _convict(child: Child, evidence: str) -> None:
@@ -162,7 +162,7 @@ def capacity_gate(require: Requirements, outcome: Outcome, plan: Plan, block_siz
         numbers.update(max_model_len=length, estimated_max_model_len=tokens - block_size)
         root = (f"max-model-len auto fitted {length:,} tokens to a pool of {tokens:,}, which leaves no room for "
                 f"the null block vLLM keeps; a request that long would never be scheduled")
-        return Outcome("failed", outcome.attempt, Diagnosis(KV_INSUFFICIENT, "auto_fit_edge", root, numbers,
+        return Outcome(Kind.FAILED, outcome.attempt, Diagnosis(KV_INSUFFICIENT, "auto_fit_edge", root, numbers,
                                                             "serving"), None, outcome.tail, root)
     reason = None
     if require.min_sessions is not None and tokens / length < require.min_sessions:
@@ -175,4 +175,4 @@ def capacity_gate(require: Requirements, outcome: Outcome, plan: Plan, block_siz
     root = (f"{tokens:,} KV tokens = {tokens / length:.2f} sessions of {length:,} (launcher.require: "
             f"min_sessions {require.min_sessions}, min_kv_tokens {require.min_kv_tokens})")
     diagnosis = Diagnosis(KV_INSUFFICIENT, reason, root, numbers, "serving")
-    return Outcome("failed", outcome.attempt, diagnosis, None, outcome.tail, root)
+    return Outcome(Kind.FAILED, outcome.attempt, diagnosis, None, outcome.tail, root)

@@ -15,9 +15,10 @@ from launcher.run import health
 from launcher.run.liveness import Verdict, Work, judge, parse_work
 from launcher.run.logpump import EOF
 from launcher.run.session import Session, Stopped
-from launcher.run.supervisor import FAILED_ATTEMPT_GRACE_S, Child, Outcome, outcome
+from launcher.run.supervisor import FAILED_ATTEMPT_GRACE_S, Child, Kind, Outcome, outcome
 from launcher.runstate import Decision, Phase
 from launcher.units import format_duration
+from launcher.vllm.signatures import ENGINE_DEAD
 
 log = structlog.get_logger("vllm_launch")
 _MAX_METRICS_BYTES = 8 * 1024 * 1024  # vLLM's /metrics is ~100 KiB; a larger answer is cut, not held whole
@@ -100,19 +101,19 @@ def watch(child: Child, stop: threading.Event, *, probe_health: Callable[[], hea
     suspect: str | None = None  # a death line read: probe /health at once
     while True:
         if stop.is_set():
-            return outcome(child, "stopped", "stop requested")
+            return outcome(child, Kind.STOPPED, "stop requested")
         if reload is not None and reload.is_set():
             reload.clear()
-            return outcome(child, "reload", "SIGHUP")
+            return outcome(child, Kind.RELOAD, "SIGHUP")
         try:
             event = child.pump.events.get(timeout=0.5)
         except queue.Empty:
             event = None
-        if event is not None and event.kind == "failure" and event.failure == "engine_dead":
+        if event is not None and event.kind == "failure" and event.failure == ENGINE_DEAD:
             suspect, next_probe = event.message, clock()
         if event is EOF or child.popen.poll() is not None:
             child.pump.join(timeout=2.0)
-            return outcome(child, "engine_dead", f"vLLM exited with {child.popen.wait()} while serving")
+            return outcome(child, Kind.ENGINE_DEAD, f"vLLM exited with {child.popen.wait()} while serving")
         tick()
         now = clock()
         if now >= next_snapshot:
@@ -138,7 +139,7 @@ def watch(child: Child, stop: threading.Event, *, probe_health: Callable[[], hea
                             verdict=str(answered.verdict), **_work_fields(answered))
             completion.next_at = now + (0.0 if retry_at_once else completion.interval_s)
             if wedged >= failures:
-                return outcome(child, "engine_dead", f"/health answers but {wedged} 1-token completions in a row "
+                return outcome(child, Kind.ENGINE_DEAD, f"/health answers but {wedged} 1-token completions in a row "
                                                      "failed while vLLM generated no token "
                                                      "(launcher.health.completion_interval): the engine is wedged")
         if now >= next_probe:
@@ -154,9 +155,9 @@ def watch(child: Child, stop: threading.Event, *, probe_health: Callable[[], hea
             else:
                 failed += 1
                 if suspect is not None:
-                    return outcome(child, "engine_dead", suspect)
+                    return outcome(child, Kind.ENGINE_DEAD, suspect)
         if failed >= failures:
-            return outcome(child, "engine_dead", f"/health failed {failed} times in a row")
+            return outcome(child, Kind.ENGINE_DEAD, f"/health failed {failed} times in a row")
 
 
 def _work_fields(result: ProbeResult) -> dict[str, float]:
@@ -211,7 +212,7 @@ def restart_or_give_up(session: Session, outcome: Outcome) -> None:
     session.stop_child(FAILED_ATTEMPT_GRACE_S)
     now = time.monotonic()
     session.restarts = [t for t in session.restarts if now - t < policy.window_s] + [now]
-    session.store.record_decision(Decision(outcome.attempt, "engine_dead", "restart with the same flags",
+    session.store.record_decision(Decision(outcome.attempt, ENGINE_DEAD, "restart with the same flags",
                                            f"engine_dead: {outcome.detail}"), counter="restarts")
     if len(session.restarts) > policy.max_restarts:
         raise LadderExhausted(f"the engine died {len(session.restarts)} times within "

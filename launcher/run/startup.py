@@ -23,6 +23,7 @@ from launcher.run import gpurelease, health, ladder, logs, progress, state, supe
 from launcher.run.logpump import RotatingFile
 from launcher.run.readiness import ReadyCheck, capacity_gate, wait_ready
 from launcher.run.session import Attempt, Ready, Session, Stopped
+from launcher.run.supervisor import Kind
 from launcher.runstate import Capacity, Decision, Phase
 from launcher.units import format_duration
 from launcher.vllm import command
@@ -72,7 +73,7 @@ def start(session: Session, overrides: dict[str, FlagValue | None]) -> Ready:
                 outcome, ready = attempt(session, overrides)
                 if ready is not None:
                     return ready
-                if outcome.kind == "stopped":
+                if outcome.kind is Kind.STOPPED:
                     raise Stopped
                 step = ladder.next_step(prof, overrides, outcome.diagnosis, version=session.vllm.semantics,
                                         free_fraction=session.free_fraction(), tried=tried)
@@ -159,10 +160,10 @@ def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> tupl
     outcome = wait_ready(child, session.stop, check, on_event=on_event, tick=tick,
                          last_progress=lambda: growth.last_growth, confirm_window_s=prof.launcher.confirm_window_s,
                          on_acquit=on_acquit)
-    if outcome.kind == "stopped":
+    if outcome.kind is Kind.STOPPED:
         record.outcome = "stopped"
         return outcome, None  # the daemon's shutdown stops the child (start-up grace) and reports its exit and leftovers
-    if outcome.kind == "ready":
+    if outcome.kind is Kind.READY:
         gated = capacity_gate(prof.launcher.require, outcome, plan, ladder.block_size(plan.flags))
         if gated is None:
             record.outcome = "ready"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import enum
 import os
 import signal
 import subprocess
@@ -78,11 +79,22 @@ class Child:
                              why="it left vLLM's process tree (a double fork); it is stopped with the tree")
 
 
+class Kind(enum.StrEnum):
+    """How an attempt (or a serving period) ended."""
+
+    READY = "ready"
+    FAILED = "failed"  # a convicted failure line, an exit, or the capacity gate
+    TIMED_OUT = "timed_out"  # launcher.startup_timeout or startup_stall
+    STOPPED = "stopped"  # SIGTERM/SIGINT
+    ENGINE_DEAD = "engine_dead"  # after READY: it exited, /health failed, or it is wedged
+    RELOAD = "reload"  # after READY: SIGHUP
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """How an attempt (or a serving period) ended."""
 
-    kind: str  # ready, failed, timed_out, stopped, engine_dead
+    kind: Kind
     attempt: int
     diagnosis: Diagnosis
     returncode: int | None = None
@@ -149,7 +161,7 @@ def spawn(plan: Plan, *, attempt: int, secrets: Mapping[str, str], sink: Rotatin
     return Child(attempt, plan, proc, pump, time.monotonic(), created, {proc.pid: created})
 
 
-def outcome(child: Child, kind: str, detail: str, max_model_len: int | None = None) -> Outcome:
+def outcome(child: Child, kind: Kind, detail: str, max_model_len: int | None = None) -> Outcome:
     diagnosis = child.pump.diagnosis()
     if max_model_len is not None:
         diagnosis = Diagnosis(diagnosis.cls, diagnosis.reason, diagnosis.root_cause,

@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 from launcher.vllm.classify import classify, normalize
-from launcher.vllm.signatures import CONFIG, ENGINE_DEAD, KV_INSUFFICIENT, OK, STARTUP_MEMORY, UNKNOWN, LogEvent
+from launcher.vllm.signatures import CONFIG, ENGINE_DEAD, KV_INSUFFICIENT, OK, STARTUP_MEMORY, UNKNOWN, FailureClass, LogEvent
 
 DEFAULT_BLOCK_SIZE = 16
 
@@ -32,7 +32,7 @@ DEFAULT_BLOCK_SIZE = 16
 class Diagnosis:
     """What a log says happened, as data the ladder can act on."""
 
-    cls: str  # ok, startup_memory, fp8_unsupported, kv_insufficient, no_cache_blocks, engine_dead, config, unknown
+    cls: FailureClass
     reason: str | None = None  # config reasons (tool_parser, port_in_use, …) and sub-kinds
     root_cause: str | None = None
     numbers: Mapping[str, Any] = field(default_factory=dict)

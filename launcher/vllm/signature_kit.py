@@ -5,20 +5,36 @@ and the converters that turn a match's groups into numbers. The tables are `laun
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# Failure classes (diagnose JSON `class`) and config reasons (`reason`).
-OK = "ok"
-STARTUP_MEMORY = "startup_memory"
-FP8_UNSUPPORTED = "fp8_unsupported"
-KV_INSUFFICIENT = "kv_insufficient"
-NO_CACHE_BLOCKS = "no_cache_blocks"
-ENGINE_DEAD = "engine_dead"
-CONFIG = "config"
-UNKNOWN = "unknown"
+
+class FailureClass(enum.StrEnum):
+    """What ended a start-up (diagnose JSON `class`; the ladder's key). A StrEnum: logs and JSON keep the
+    same strings."""
+
+    OK = "ok"
+    STARTUP_MEMORY = "startup_memory"
+    FP8_UNSUPPORTED = "fp8_unsupported"
+    KV_INSUFFICIENT = "kv_insufficient"
+    NO_CACHE_BLOCKS = "no_cache_blocks"
+    ENGINE_DEAD = "engine_dead"
+    CONFIG = "config"
+    UNKNOWN = "unknown"
+
+
+OK = FailureClass.OK
+STARTUP_MEMORY = FailureClass.STARTUP_MEMORY
+FP8_UNSUPPORTED = FailureClass.FP8_UNSUPPORTED
+KV_INSUFFICIENT = FailureClass.KV_INSUFFICIENT
+NO_CACHE_BLOCKS = FailureClass.NO_CACHE_BLOCKS
+ENGINE_DEAD = FailureClass.ENGINE_DEAD
+CONFIG = FailureClass.CONFIG
+UNKNOWN = FailureClass.UNKNOWN
+
 
 @dataclass(frozen=True, slots=True)
 class LogEvent:
@@ -27,7 +43,7 @@ class LogEvent:
     kind: str
     message: str
     values: Mapping[str, Any] = field(default_factory=dict)
-    failure: str | None = None  # failure class, for failure kinds
+    failure: FailureClass | None = None  # for failure kinds
     reason: str | None = None  # config reason
     fatal: str | None = None  # "specific" (decide now) or "generic" (wait briefly for the root cause)
     proc: str | None = None  # vLLM's process prefix, `(Worker_TP1 pid=42)`: its name …
@@ -39,7 +55,7 @@ class Signature:
     kind: str
     needle: str
     pattern: re.Pattern[str]
-    failure: str | None = None
+    failure: FailureClass | None = None
     reason: str | None = None
     fatal: str | None = None
     convert: Callable[[dict[str, str | None]], dict[str, Any]] | None = None
@@ -73,7 +89,7 @@ def _tool_parser(groups: dict[str, str | None]) -> dict[str, Any]:
     return values
 
 
-def _sig(kind: str, needle: str, pattern: str, failure: str | None = None, reason: str | None = None,
+def _sig(kind: str, needle: str, pattern: str, failure: FailureClass | None = None, reason: str | None = None,
          fatal: str | None = None, convert: Callable[[dict[str, str | None]], dict[str, Any]] | None = None,
          any_level: bool = False) -> Signature:
     return Signature(kind, needle, re.compile(pattern), failure, reason, fatal, convert, any_level)

@@ -23,6 +23,7 @@ from launcher.vllm.signature_kit import (
     OK,
     STARTUP_MEMORY,
     UNKNOWN,
+    FailureClass,
     LogEvent,
     Signature,
     _int,
@@ -31,7 +32,7 @@ from launcher.vllm.signature_kit import (
 )
 
 __all__ = ["CONFIG", "ENGINE_DEAD", "FP8_UNSUPPORTED", "KV_INSUFFICIENT", "NO_CACHE_BLOCKS", "OK", "SIGNATURES",
-           "STARTUP_MEMORY", "UNKNOWN", "LogEvent", "Signature"]
+           "STARTUP_MEMORY", "UNKNOWN", "FailureClass", "LogEvent", "Signature"]
 
 
 def _memory_profile(groups: dict[str, str | None]) -> dict[str, Any]:
