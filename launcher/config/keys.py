@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from launcher.config.profile import SecretRef
+from launcher.config.setting_kinds import Invalid, check
+from launcher.config.settings import Setting, keys_of
 from launcher.errors import ProfileError
 from launcher.units import parse_duration
 
@@ -28,6 +30,20 @@ class KeyReader:
         return ProfileError(self.source, key, problem, fix, line)
 
     # ---- helpers for typed values
+
+    def setting(self, data: Mapping[str, Any], item: Setting) -> Any:
+        """A `launcher:` key read as its table entry declares (config/settings.py)."""
+        try:
+            return check(item, data.get(item.leaf, item.default))
+        except Invalid as exc:
+            raise self.fail(item.key, exc.problem, exc.fix or item.fix) from None
+
+    def section(self, data: Mapping[str, Any], section: str) -> dict[str, Any]:
+        """`launcher.<section>` as a mapping holding only its declared keys (empty when absent)."""
+        key = f"launcher.{section}" if section else "launcher"
+        found = self.mapping(data.get(section) if section else data, key)
+        self.known_keys(found, keys_of(section), f"{key}.")
+        return found
 
     def mapping(self, value: Any, key: str) -> dict[str, Any]:
         if value is None:
