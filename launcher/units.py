@@ -16,6 +16,10 @@ _SIZE_UNITS = {
     "T": 1024**4, "TiB": 1024**4, "TB": 1000**4, "t": 1000**4, "tb": 1000**4, "Ti": 1024**4,
 }
 
+# The text forms as regular expressions, for the profile's JSON Schema (config/schema.py).
+DURATION_PATTERN = _DURATION.pattern
+SIZE_PATTERN = _SIZE.pattern
+
 GIB = 1024**3
 MIB = 1024**2
 

@@ -16,6 +16,7 @@ from launcher.errors import ProfileError
 
 BACKENDS = ("mp", "ray")
 NODES_KEYS = ("count", "master_addr", "master_port", "backend")
+MASTER_PORT = 29501  # nodes.master_port unless the profile says
 # Where Kubernetes' LeaderWorkerSet puts a pod's index in its group and the leader's address.
 LWS_RANK = "LWS_WORKER_INDEX"
 LWS_LEADER = "LWS_LEADER_ADDRESS"
@@ -69,10 +70,10 @@ def read_nodes(raw: Any, fail: Any) -> NodesSettings | None:
         address, address_env = None, str(written["env"])
     elif address is not None and (not isinstance(address, str) or not re.fullmatch(r"[A-Za-z0-9_.:\[\]-]+", address)):
         raise fail("nodes.master_addr", f"not an address: {address!r}", "write master_addr: 10.0.0.1 (the head node)")
-    port = raw.get("master_port", 29501)
+    port = raw.get("master_port", MASTER_PORT)
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise fail("nodes.master_port", f"expected a port number, got {port!r}", "write master_port: 29501")
-    backend = raw.get("backend", "mp")
+    backend = raw.get("backend", BACKENDS[0])
     if backend not in BACKENDS:
         raise fail("nodes.backend", f"expected mp or ray, got {backend!r}",
                    "write backend: mp (vLLM's own multi-node) or backend: ray (an existing Ray cluster)")

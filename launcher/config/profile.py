@@ -30,6 +30,7 @@ FP8_KV_DTYPES = frozenset({"fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla
 
 _LOOPBACK = re.compile(r"^(127\.\d+\.\d+\.\d+|localhost|::1|\[::1\])$")
 _HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kmgtKMGT]?)$")
+TOKEN_COUNT_PATTERN = _HUMAN_INT.pattern  # 65536, 64K, 64k: for the profile's JSON Schema
 
 
 @dataclass(frozen=True, slots=True)
