@@ -24,6 +24,30 @@ GIB = 1024**3
 MIB = 1024**2
 
 
+class BadValue(ValueError):
+    """A value of the wrong kind in a profile or an inventory file: what was expected and what came (the
+    reader adds the file, the key and, unless `fix` says it already, the fix)."""
+
+    def __init__(self, problem: str, fix: str = "") -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.fix = fix
+
+
+def whole_number(value: object, minimum: int | None = None) -> int:
+    """`value` when it is an int (not a bool) of at least `minimum`; else BadValue."""
+    if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
+        at_least = f" ≥ {minimum}" if minimum is not None else ""
+        raise BadValue(f"expected a whole number{at_least}, got {value!r}")
+    return value
+
+
+def true_or_false(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise BadValue(f"expected true or false, got {value!r}")
+    return value
+
+
 def parse_duration(value: object) -> float:
     """Seconds from `90`, `"90s"`, `"10m"`, `"1h"`; raises ValueError with the accepted forms."""
     if isinstance(value, bool):

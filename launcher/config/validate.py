@@ -14,7 +14,8 @@ from typing import Any
 from launcher.config.flags import FlagCatalog, check_flag
 from launcher.config.keys import KeyReader, closest, type_name
 from launcher.config.launcher_section import read_launcher
-from launcher.config.nodes import NodesSettings, read_nodes
+from launcher.config.nodes import NodesSettings
+from launcher.config.nodes_section import read_nodes
 from launcher.config.profile import KV_CACHE_DTYPES, FlagValue, LadderBounds, Profile, is_loopback, parse_max_model_len
 from launcher.errors import ProfileError
 
@@ -54,7 +55,7 @@ class ProfileValidator(KeyReader):
         env = self._env(raw.get("env"))
         vllm = self._vllm(raw.get("vllm"))
         launcher = read_launcher(self, self.mapping(raw.get("launcher"), "launcher"), vllm)
-        nodes = read_nodes(raw.get("nodes"), self.fail)
+        nodes = read_nodes(self, raw.get("nodes"))
         if nodes is not None:
             self._check_nodes(nodes, vllm)
         vllm = _with_start_utilization(vllm, launcher.ladder)
