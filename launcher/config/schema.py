@@ -10,6 +10,7 @@ from typing import Any
 from launcher.config.nodes import BACKENDS, MASTER_PORT
 from launcher.config.profile import KV_CACHE_DTYPES, TOKEN_COUNT_PATTERN
 from launcher.config.settings import SETTINGS, Setting
+from launcher.config.validate import FLAG_ALIASES
 from launcher.units import DURATION_PATTERN, SIZE_PATTERN
 
 Schema = dict[str, Any]
@@ -45,7 +46,8 @@ _FLAGS: dict[str, Schema] = {
 
 
 def profile_schema() -> Schema:
-    flags = {**_FLAGS, **{name.replace("-", "_"): value for name, value in _FLAGS.items() if "-" in name}}
+    kebab = {**_FLAGS, **{alias: _FLAGS[name] for alias, name in FLAG_ALIASES.items()}}
+    flags = {**kebab, **{name.replace("-", "_"): value for name, value in kebab.items() if "-" in name}}
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": "vllm-launch profile",

@@ -30,7 +30,7 @@ _SECRET_VALUE = re.compile(r"^(sk-[A-Za-z0-9_-]{16,}|hf_[A-Za-z0-9]{20,})$")
 _FLAG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # argparse reads a word that starts with '-' as an option unless it is a negative number.
 _NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
-_FLAG_ALIASES = {"device-memory-utilization": "gpu-memory-utilization", "tp": "tensor-parallel-size",
+FLAG_ALIASES = {"device-memory-utilization": "gpu-memory-utilization", "tp": "tensor-parallel-size",
                  "pp": "pipeline-parallel-size", "dp": "data-parallel-size"}
 
 
@@ -128,7 +128,7 @@ class ProfileValidator(KeyReader):
         for raw_name, item in self.mapping(value, "vllm").items():
             key = f"vllm.{raw_name}"
             name = str(raw_name).strip().lstrip("-").replace("_", "-")
-            name = _FLAG_ALIASES.get(name, name)
+            name = FLAG_ALIASES.get(name, name)
             if not _FLAG_NAME.fullmatch(name):
                 raise self.fail(key, "not a vllm serve flag name", "write the flag's long name without dashes, "
                                 "e.g. max-model-len: 4096")

@@ -58,6 +58,10 @@ BROKEN = [
     pytest.param({"api_key": {"vault": "x"}}, "api_key", id="secret-form"),
     pytest.param({"nodes": {"count": 1}}, "nodes.count", id="one-node"),
     pytest.param({"modle": "x"}, "modle", id="unknown-top-level-key"),
+    pytest.param({"vllm": {"host": "127.0.0.1", "gpu_memory_utilization": 1.5}}, "vllm.gpu_memory_utilization",
+                 id="utilization-above-1"),
+    pytest.param({"vllm": {"host": "127.0.0.1", "tp": "two"}}, "vllm.tp", id="short-flag-name"),
+    pytest.param({"env": {"HF_HOME": ["a"]}}, "env.HF_HOME", id="env-list"),
 ]
 
 
