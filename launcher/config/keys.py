@@ -7,7 +7,7 @@ from typing import Any
 
 from launcher.config.profile import SecretRef
 from launcher.config.setting_kinds import check
-from launcher.config.settings import Setting, keys_of
+from launcher.config.settings import keys_of, setting
 from launcher.errors import ProfileError
 from launcher.units import BadValue, true_or_false
 
@@ -31,8 +31,9 @@ class KeyReader:
 
     # ---- helpers for typed values
 
-    def setting(self, data: Mapping[str, Any], item: Setting) -> Any:
-        """A `launcher:` key read as its table entry declares (config/settings.py)."""
+    def setting(self, data: Mapping[str, Any], name: str) -> Any:
+        """`launcher.<name>` read out of its section `data` as its table entry declares (config/settings.py)."""
+        item = setting(name)
         try:
             return check(item, data.get(item.leaf, item.default))
         except BadValue as exc:

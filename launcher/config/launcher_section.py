@@ -27,14 +27,14 @@ from launcher.config.settings import setting
 def read_launcher(r: KeyReader, data: dict[str, Any], vllm: Mapping[str, FlagValue]) -> LauncherSettings:
     r.section(data, "")
     return LauncherSettings(
-        device=r.setting(data, setting("device")), vllm_bin=r.setting(data, setting("vllm_bin")),
-        log_file=_path(r.setting(data, setting("log_file"))),
-        log_max_bytes=r.setting(data, setting("log_max_size")), log_backups=r.setting(data, setting("log_backups")),
-        startup_timeout_s=r.setting(data, setting("startup_timeout")),
-        startup_stall_s=r.setting(data, setting("startup_stall")),
-        stop_grace_s=r.setting(data, setting("stop_grace")), max_attempts=r.setting(data, setting("max_attempts")),
-        confirm_window_s=r.setting(data, setting("confirm_window")),
-        gpu_release_timeout_s=r.setting(data, setting("gpu_release_timeout")),
+        device=r.setting(data, "device"), vllm_bin=r.setting(data, "vllm_bin"),
+        log_file=_path(r.setting(data, "log_file")),
+        log_max_bytes=r.setting(data, "log_max_size"), log_backups=r.setting(data, "log_backups"),
+        startup_timeout_s=r.setting(data, "startup_timeout"),
+        startup_stall_s=r.setting(data, "startup_stall"),
+        stop_grace_s=r.setting(data, "stop_grace"), max_attempts=r.setting(data, "max_attempts"),
+        confirm_window_s=r.setting(data, "confirm_window"),
+        gpu_release_timeout_s=r.setting(data, "gpu_release_timeout"),
         ladder=_ladder(r, r.section(data, "ladder"), vllm),
         require=_require(r, r.section(data, "require")),
         restart=_restart(r, r.section(data, "restart")),
@@ -43,7 +43,7 @@ def read_launcher(r: KeyReader, data: dict[str, Any], vllm: Mapping[str, FlagVal
     )
 
 def _ladder(r: KeyReader, data: dict[str, Any], vllm: Mapping[str, FlagValue]) -> LadderBounds:
-    rungs_written = r.setting(data, setting("ladder.gpu_memory_utilization"))
+    rungs_written = r.setting(data, "ladder.gpu_memory_utilization")
     start = vllm.get("gpu-memory-utilization")
     if rungs_written is None:
         rungs: tuple[float, ...] = (float(start),) if start is not None else ()  # type: ignore[arg-type]
@@ -53,7 +53,7 @@ def _ladder(r: KeyReader, data: dict[str, Any], vllm: Mapping[str, FlagValue]) -
             raise r.fail("vllm.gpu-memory-utilization",
                             f"{start} is not one of the ladder's rungs {list(rungs)}",
                             "make it the first rung, or drop it from vllm: (the first rung is used)")
-    min_len = r.setting(data, setting("ladder.min_model_len"))
+    min_len = r.setting(data, "ladder.min_model_len")
     if min_len is not None:
         requested = parse_max_model_len(vllm.get("max-model-len"))
         if requested is not None and min_len > requested:
@@ -62,32 +62,32 @@ def _ladder(r: KeyReader, data: dict[str, Any], vllm: Mapping[str, FlagValue]) -
                             "make min_model_len at most max-model-len")
     return LadderBounds(
         utilization_rungs=rungs,
-        drop_fp8_kv_if_unsupported=r.setting(data, setting("ladder.drop_fp8_kv_if_unsupported")),
+        drop_fp8_kv_if_unsupported=r.setting(data, "ladder.drop_fp8_kv_if_unsupported"),
         min_model_len=min_len,
     )
 
 def _require(r: KeyReader, data: dict[str, Any]) -> Requirements:
     return Requirements(
-        min_sessions=r.setting(data, setting("require.min_sessions")),
-        min_kv_tokens=r.setting(data, setting("require.min_kv_tokens")),
+        min_sessions=r.setting(data, "require.min_sessions"),
+        min_kv_tokens=r.setting(data, "require.min_kv_tokens"),
     )
 
 def _restart(r: KeyReader, data: dict[str, Any]) -> RestartPolicy:
-    low, high = r.setting(data, setting("restart.backoff"))
+    low, high = r.setting(data, "restart.backoff")
     return RestartPolicy(
-        max_restarts=r.setting(data, setting("restart.max")),
-        window_s=r.setting(data, setting("restart.window")),
+        max_restarts=r.setting(data, "restart.max"),
+        window_s=r.setting(data, "restart.window"),
         backoff_min_s=low, backoff_max_s=high,
     )
 
 def _health(r: KeyReader, data: dict[str, Any]) -> HealthPolicy:
     return HealthPolicy(
-        interval_s=r.setting(data, setting("health.interval")),
-        failures=r.setting(data, setting("health.failures")),
-        timeout_s=r.setting(data, setting("health.timeout")),
-        completion_probe=r.setting(data, setting("health.completion_probe")),
-        completion_interval_s=r.setting(data, setting("health.completion_interval")),
-        completion_timeout_s=r.setting(data, setting("health.completion_timeout")),
+        interval_s=r.setting(data, "health.interval"),
+        failures=r.setting(data, "health.failures"),
+        timeout_s=r.setting(data, "health.timeout"),
+        completion_probe=r.setting(data, "health.completion_probe"),
+        completion_interval_s=r.setting(data, "health.completion_interval"),
+        completion_timeout_s=r.setting(data, "health.completion_timeout"),
     )
 
 
@@ -95,7 +95,7 @@ def _metrics(r: KeyReader, launcher: dict[str, Any], vllm: Mapping[str, FlagValu
     if launcher.get("metrics") is None:
         return None
     data = r.section(launcher, "metrics")
-    port = r.setting(data, setting("metrics.port"))
+    port = r.setting(data, "metrics.port")
     textfile = data.get("textfile")
     if (port is None) == (textfile is None):
         raise r.fail("launcher.metrics", "expected exactly one of port or textfile",
@@ -105,8 +105,8 @@ def _metrics(r: KeyReader, launcher: dict[str, Any], vllm: Mapping[str, FlagValu
     if port is not None and ((highest is not None and port > highest) or port == vllm.get("port", 8000)):
         raise r.fail("launcher.metrics.port", f"{port} is not a free port of its own (vLLM serves on "
                      f"{vllm.get('port', 8000)})", "pick another port, e.g. 9400")
-    textfile = r.setting(data, setting("metrics.textfile"))
-    address = r.setting(data, setting("metrics.address"))
+    textfile = r.setting(data, "metrics.textfile")
+    address = r.setting(data, "metrics.address")
     return MetricsSettings(port=port, address=address, textfile=_path(textfile))
 
 
