@@ -16,8 +16,36 @@ _SIZE_UNITS = {
     "T": 1024**4, "TiB": 1024**4, "TB": 1000**4, "t": 1000**4, "tb": 1000**4, "Ti": 1024**4,
 }
 
+# The text forms as regular expressions, for the profile's JSON Schema (config/schema.py).
+DURATION_PATTERN = _DURATION.pattern
+SIZE_PATTERN = _SIZE.pattern
+
 GIB = 1024**3
 MIB = 1024**2
+
+
+class BadValue(ValueError):
+    """A value of the wrong kind in a profile or an inventory file: what was expected and what came (the
+    reader adds the file, the key and, unless `fix` says it already, the fix)."""
+
+    def __init__(self, problem: str, fix: str = "") -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.fix = fix
+
+
+def whole_number(value: object, minimum: int | None = None) -> int:
+    """`value` when it is an int (not a bool) of at least `minimum`; else BadValue."""
+    if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
+        at_least = f" ≥ {minimum}" if minimum is not None else ""
+        raise BadValue(f"expected a whole number{at_least}, got {value!r}")
+    return value
+
+
+def true_or_false(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise BadValue(f"expected true or false, got {value!r}")
+    return value
 
 
 def parse_duration(value: object) -> float:

@@ -6,8 +6,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from launcher.config.profile import SecretRef
+from launcher.config.setting_kinds import check
+from launcher.config.settings import keys_of, setting
 from launcher.errors import ProfileError
-from launcher.units import parse_duration
+from launcher.units import BadValue, true_or_false
 
 
 class KeyReader:
@@ -29,6 +31,21 @@ class KeyReader:
 
     # ---- helpers for typed values
 
+    def setting(self, data: Mapping[str, Any], name: str) -> Any:
+        """`launcher.<name>` read out of its section `data` as its table entry declares (config/settings.py)."""
+        item = setting(name)
+        try:
+            return check(item, data.get(item.leaf, item.default))
+        except BadValue as exc:
+            raise self.fail(item.key, exc.problem, exc.fix or item.fix) from None
+
+    def section(self, data: Mapping[str, Any], section: str) -> dict[str, Any]:
+        """`launcher.<section>` as a mapping holding only its declared keys (empty when absent)."""
+        key = f"launcher.{section}" if section else "launcher"
+        found = self.mapping(data.get(section) if section else data, key)
+        self.known_keys(found, keys_of(section), f"{key}.")
+        return found
+
     def mapping(self, value: Any, key: str) -> dict[str, Any]:
         if value is None:
             return {}
@@ -45,25 +62,10 @@ class KeyReader:
                 raise self.fail(f"{prefix}{key}", "unknown key", hint)
 
     def boolean(self, data: Mapping[str, Any], name: str, key: str, default: bool) -> bool:
-        value = data.get(name, default)
-        if not isinstance(value, bool):
-            raise self.fail(key, f"expected true or false, got {value!r}", f"write {name}: true or {name}: false")
-        return value
-
-    def integer(self, data: Mapping[str, Any], name: str, key: str, default: int | None,
-                minimum: int = 0) -> int | None:
-        value = data.get(name, default)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.fail(key, f"expected a whole number ≥ {minimum}, got {value!r}", f"write e.g. {name}: {max(minimum, 1)}")
-        return value
-
-    def duration(self, data: Mapping[str, Any], name: str, key: str, default: str) -> float:
         try:
-            return parse_duration(data.get(name, default))
-        except ValueError as exc:
-            raise self.fail(key, f"{exc}, got {data.get(name)!r}", f"write e.g. {name}: {default}") from None
+            return true_or_false(data.get(name, default))
+        except BadValue as exc:
+            raise self.fail(key, exc.problem, f"write {name}: true or {name}: false") from None
 
     def secret(self, value: Any, key: str, env_hint: str) -> SecretRef | None:
         if value is None:

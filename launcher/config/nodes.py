@@ -2,20 +2,19 @@
 
 The launcher builds no cluster of its own: each node runs `vllm-launch up` for its rank, and vLLM's
 `--nnodes/--node-rank/--master-addr/--master-port` (with `--headless` on the workers) joins them. This
-module reads the section and says which rank this node is and where its head is.
+module says which rank this node is and where its head is (config/nodes_section.py reads the section).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from launcher.errors import ProfileError
 
 BACKENDS = ("mp", "ray")
 NODES_KEYS = ("count", "master_addr", "master_port", "backend")
+MASTER_PORT = 29501  # nodes.master_port unless the profile says
 # Where Kubernetes' LeaderWorkerSet puts a pod's index in its group and the leader's address.
 LWS_RANK = "LWS_WORKER_INDEX"
 LWS_LEADER = "LWS_LEADER_ADDRESS"
@@ -44,39 +43,6 @@ class Placement:
     @property
     def head(self) -> bool:
         return self.rank == 0
-
-
-def read_nodes(raw: Any, fail: Any) -> NodesSettings | None:
-    """The validated section, or None without one. `fail(key, problem, fix)` builds the ProfileError."""
-    if raw is None:
-        return None
-    if not isinstance(raw, Mapping):
-        raise fail("nodes", "expected a mapping", "write nodes: {count: 2, master_addr: 10.0.0.1}")
-    unknown = sorted(set(raw) - set(NODES_KEYS))
-    if unknown:
-        raise fail(f"nodes.{unknown[0]}", "unknown key", f"the keys are {', '.join(NODES_KEYS)}")
-    count = raw.get("count")
-    if isinstance(count, bool) or not isinstance(count, int) or count < 2:
-        raise fail("nodes.count", f"expected 2 or more nodes, got {count!r}",
-                   "write count: 2 (or more); one node needs no nodes: section")
-    written = raw.get("master_addr")
-    address: Any = written
-    address_env: str | None = None
-    if isinstance(written, Mapping):
-        if set(written) != {"env"} or not isinstance(written["env"], str):
-            raise fail("nodes.master_addr", "expected an address or {env: NAME}",
-                       "write master_addr: 10.0.0.1 or master_addr: {env: VLLM_MASTER_ADDR}")
-        address, address_env = None, str(written["env"])
-    elif address is not None and (not isinstance(address, str) or not re.fullmatch(r"[A-Za-z0-9_.:\[\]-]+", address)):
-        raise fail("nodes.master_addr", f"not an address: {address!r}", "write master_addr: 10.0.0.1 (the head node)")
-    port = raw.get("master_port", 29501)
-    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        raise fail("nodes.master_port", f"expected a port number, got {port!r}", "write master_port: 29501")
-    backend = raw.get("backend", "mp")
-    if backend not in BACKENDS:
-        raise fail("nodes.backend", f"expected mp or ray, got {backend!r}",
-                   "write backend: mp (vLLM's own multi-node) or backend: ray (an existing Ray cluster)")
-    return NodesSettings(count, address, address_env, port, str(backend))
 
 
 def placement(nodes: NodesSettings, source: str, rank: int | None, environ: Mapping[str, str],

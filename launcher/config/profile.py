@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from launcher.config.nodes import NodesSettings
+from launcher.config.settings import default_seconds
 from launcher.errors import ProfileError
 
 FlagValue = bool | int | float | str | tuple[Any, ...] | Mapping[str, Any]
@@ -29,6 +30,7 @@ FP8_KV_DTYPES = frozenset({"fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla
 
 _LOOPBACK = re.compile(r"^(127\.\d+\.\d+\.\d+|localhost|::1|\[::1\])$")
 _HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kmgtKMGT]?)$")
+TOKEN_COUNT_PATTERN = _HUMAN_INT.pattern  # 65536, 64K, 64k: for the profile's JSON Schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +79,8 @@ class HealthPolicy:
     completion_probe: bool  # also a 1-token completion before READY
     # While serving, a 1-token completion this often (0: never): /health answers 200 while the engine is
     # wedged; a completion that fails or outlasts completion_timeout counts as a failed probe.
-    completion_interval_s: float = 300.0
-    completion_timeout_s: float = 60.0
+    completion_interval_s: float = default_seconds("health.completion_interval")
+    completion_timeout_s: float = default_seconds("health.completion_timeout")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +109,10 @@ class LauncherSettings:
     health: HealthPolicy
     metrics: MetricsSettings | None = None  # None: off (the default)
     # How long a relaunch waits for the last attempt's GPU memory to be given back (run/gpurelease.py).
-    gpu_release_timeout_s: float = 60.0
+    gpu_release_timeout_s: float = default_seconds("gpu_release_timeout")
     # How long a failure line waits for the process to confirm it (exit, or no progress) before the attempt
     # ends on it; progress in this window acquits the line (run/readiness.py).
-    confirm_window_s: float = 5.0
+    confirm_window_s: float = default_seconds("confirm_window")
 
 
 class FlagViews:

@@ -14,7 +14,8 @@ from typing import Any
 from launcher.config.flags import FlagCatalog, check_flag
 from launcher.config.keys import KeyReader, closest, type_name
 from launcher.config.launcher_section import read_launcher
-from launcher.config.nodes import NodesSettings, read_nodes
+from launcher.config.nodes import NodesSettings
+from launcher.config.nodes_section import read_nodes
 from launcher.config.profile import KV_CACHE_DTYPES, FlagValue, LadderBounds, Profile, is_loopback, parse_max_model_len
 from launcher.errors import ProfileError
 
@@ -29,7 +30,7 @@ _SECRET_VALUE = re.compile(r"^(sk-[A-Za-z0-9_-]{16,}|hf_[A-Za-z0-9]{20,})$")
 _FLAG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # argparse reads a word that starts with '-' as an option unless it is a negative number.
 _NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
-_FLAG_ALIASES = {"device-memory-utilization": "gpu-memory-utilization", "tp": "tensor-parallel-size",
+FLAG_ALIASES = {"device-memory-utilization": "gpu-memory-utilization", "tp": "tensor-parallel-size",
                  "pp": "pipeline-parallel-size", "dp": "data-parallel-size"}
 
 
@@ -54,7 +55,7 @@ class ProfileValidator(KeyReader):
         env = self._env(raw.get("env"))
         vllm = self._vllm(raw.get("vllm"))
         launcher = read_launcher(self, self.mapping(raw.get("launcher"), "launcher"), vllm)
-        nodes = read_nodes(raw.get("nodes"), self.fail)
+        nodes = read_nodes(self, raw.get("nodes"))
         if nodes is not None:
             self._check_nodes(nodes, vllm)
         vllm = _with_start_utilization(vllm, launcher.ladder)
@@ -127,7 +128,7 @@ class ProfileValidator(KeyReader):
         for raw_name, item in self.mapping(value, "vllm").items():
             key = f"vllm.{raw_name}"
             name = str(raw_name).strip().lstrip("-").replace("_", "-")
-            name = _FLAG_ALIASES.get(name, name)
+            name = FLAG_ALIASES.get(name, name)
             if not _FLAG_NAME.fullmatch(name):
                 raise self.fail(key, "not a vllm serve flag name", "write the flag's long name without dashes, "
                                 "e.g. max-model-len: 4096")

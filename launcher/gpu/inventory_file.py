@@ -12,7 +12,7 @@ import yaml
 from launcher.errors import UsageError
 from launcher.gpu.inventory import GpuDevice, GpuInventory, GpuProcess, apply_visibility
 from launcher.procstat import stat_fields
-from launcher.units import parse_size
+from launcher.units import BadValue, parse_size, true_or_false, whole_number
 
 
 class FakeProbe:
@@ -132,9 +132,19 @@ class _InventoryReader:
         value = data.get(name)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(key, f"expected a whole number, got {value!r}", f"write {name}: 0")
-        return value
+        try:
+            return whole_number(value)
+        except BadValue as exc:
+            raise self.fail(key, exc.problem, f"write {name}: 0") from None
+
+    def boolean(self, data: Mapping[str, Any], name: str, key: str) -> bool | None:
+        value = data.get(name)
+        if value is None:
+            return None
+        try:
+            return true_or_false(value)
+        except BadValue as exc:
+            raise self.fail(key, exc.problem, f"write {name}: true") from None
 
     def device(self, item: Any, position: int) -> GpuDevice:
         key = f"devices[{position}]"
@@ -161,9 +171,7 @@ class _InventoryReader:
         throttle = item.get("throttle_reasons") or []
         if not isinstance(throttle, list):
             raise self.fail(f"{key}.throttle_reasons", "expected a list", "write throttle_reasons: [hw_slowdown]")
-        mig = item.get("mig_enabled")
-        if mig is not None and not isinstance(mig, bool):
-            raise self.fail(f"{key}.mig_enabled", f"expected true or false, got {mig!r}", "write mig_enabled: true")
+        mig = self.boolean(item, "mig_enabled", f"{key}.mig_enabled")
         return GpuDevice(
             index=position if index is None else index, uuid=self.text(item, "uuid", f"{key}.uuid"), name=name,
             cc=self.cc(item.get("cc"), f"{key}.cc"), total_bytes=total, free_bytes=free, used_bytes=used,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from launcher.config.settings import default_seconds
 from launcher.errors import TransientFailure
 from launcher.gpu.inventory import GpuDevice, GpuProbe
 from launcher.units import GIB
@@ -24,7 +25,7 @@ log = structlog.get_logger("vllm_launch")
 # Used memory within this much of the baseline counts as given back (the driver and other tenants move).
 MARGIN_BYTES = GIB // 2
 MARGIN_FRACTION = 0.02
-RELEASE_TIMEOUT_S = 60.0
+RELEASE_TIMEOUT_S = default_seconds("gpu_release_timeout")
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from launcher.config.profile import Requirements, parse_max_model_len
+from launcher.config.settings import default_seconds
 from launcher.procstat import is_vllm_title
 from launcher.run.health import Probe
 from launcher.run.logpump import EOF
@@ -57,7 +58,7 @@ class Accusation:
 
 def wait_ready(child: Child, stop: threading.Event, check: ReadyCheck, *, on_event: Callable[[LogEvent], None],
                tick: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.monotonic,
-               last_progress: Callable[[], float] = lambda: 0.0, confirm_window_s: float = 5.0,
+               last_progress: Callable[[], float] = lambda: 0.0, confirm_window_s: float = default_seconds("confirm_window"),
                on_acquit: Callable[[LogEvent, str], None] = lambda event, why: None) -> Outcome:
     """Block until the server is ready, a confirmed failure ends the attempt, it exits, stalls, or we are stopped.
 
