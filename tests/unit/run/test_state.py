@@ -16,7 +16,7 @@ import pytest
 
 from launcher.errors import EX_CONFIG, LockHeld, TransientFailure
 from launcher.run import locks, processes, state
-from launcher.runstate import Decision, read_state
+from launcher.runstate import Decision, Phase, read_state
 from tests.conftest import ROOT
 
 
@@ -219,3 +219,10 @@ class TestProcessIdentity:
         assert processes.recorded_children(other) == []
         assert processes.recorded_children({"child": {"boot_id": processes.boot_id(), "known": {"x": "y"}}}) == []
         assert processes.recorded_children({"child": None}) == []
+
+
+def test_the_documented_phases_are_the_phases() -> None:
+    """docs/operations.md lists every phase state.json can hold, and nothing else."""
+    text = " ".join((ROOT / "docs" / "operations.md").read_text().split())
+    listed = text.split("`phase` (", 1)[1].split(":", 1)[0]
+    assert {p.strip() for p in listed.split(",")} == {str(p) for p in Phase}
