@@ -18,11 +18,11 @@ from typing import Any
 
 import structlog
 
-from launcher.errors import EX_OK, TransientFailure
+from launcher.errors import EX_OK, ConfigError, TransientFailure
 from launcher.run import locks
 from launcher.run.locks import acquire_lock, held_locks, lock_holder, release_lock
 from launcher.runstate import FINAL_PHASES, Decision, Phase, State, read_state
-from launcher.statedir import read_json, state_root, write_json_atomic
+from launcher.statedir import check_private_dir, read_json, state_root, write_json_atomic
 
 __all__ = ["StateStore", "acquire_lock", "held_locks", "lock_holder", "read_json", "release_lock", "state_root",
            "write_json_atomic"]
@@ -197,6 +197,13 @@ def down_command(profile: str, timeout: float = 120.0, environ: Mapping[str, str
     data = read_json(directory / "state.json")
     holder = lock_holder(directory / "lock")
     if holder is None:
+        try:
+            # Whoever can write the directory can record any process (PID and start ticks are public).
+            if directory.exists() or directory.is_symlink():
+                check_private_dir(directory, "the state directory", follow=False)
+        except ConfigError as exc:
+            print(f"{name}: not running; its records were not acted on, nothing was stopped: {exc}")
+            return EX_OK
         left = _stop_recorded_children(data)
         print(f"{name}: not running" + (f"; stopped what its last run left: {', '.join(left)}" if left else ""))
         return EX_OK

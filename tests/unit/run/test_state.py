@@ -159,6 +159,26 @@ class TestDownIsSafe:
             orphan.kill()
             orphan.wait()
 
+    def test_records_in_a_state_directory_others_can_write_are_not_acted_on(
+            self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """Anyone who can write the directory can record any process's PID and start ticks (both readable in
+        /proc): `down`, maybe run as root, kills nothing on such a record and says why."""
+        import psutil
+
+        bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            created = processes.start_time(psutil.Process(bystander.pid))
+            directory = self.write_state(tmp_path, pid=999_999_999, child={"known": {str(bystander.pid): created},
+                                                                          "boot_id": processes.boot_id()})
+            directory.chmod(0o777)
+            assert 0 == state.down_command("qwen3", environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
+            out = capsys.readouterr().out
+            assert "not running" in out and "writable by group or others" in out and "nothing was stopped" in out
+            assert bystander.poll() is None
+        finally:
+            bystander.kill()
+            bystander.wait()
+
     def test_a_daemon_that_will_not_stop_is_exit_75(self, tmp_path: Path) -> None:
         """The lock holder is signalled; one that ignores SIGTERM past the timeout is a temporary failure (75)."""
         directory = self.write_state(tmp_path, pid=0)
