@@ -27,7 +27,7 @@ _OUTER = re.compile(
     r"^\s*(?:`{1,3})?(?:>\s?)?"  # a Markdown code span or quote of a pasted log
     r"(?:│\s?)?"  # a box a terminal UI (k9s, Lens) draws around each line
     r"(?:[\w.-]+\s*\|\s)?"  # docker-compose: "vllm-1  | "
-    r"(?:\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?\s+)?"  # docker logs -t / ISO timestamps
+    r"(?:\[?\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?\]?\s+)?"  # docker logs -t, ISO, [bracketed]
     r"(?:\|\s(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \| \w+ \| )?"  # FastChat's logger: `| ERROR | stderr | `
     r"(?:\[rank\d+\]:\s?)?"  # torch.distributed
     r"(?:\((?P<proc>[^)]{0,80}?) pid=(?P<pid>\d+)\)\s+)*"  # vLLM process prefix (two when workers' lines interleave)

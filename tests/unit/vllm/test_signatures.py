@@ -111,6 +111,11 @@ LINES: list[tuple[str, str, str | None, dict[str, Any]]] = [
      "server_starting", None, {"address": "http://0.0.0.0:8000"}),
     ("2026-11-29T15:41:38.123Z (APIServer pid=1) INFO 11-29 15:41:38 [entry.py:140] Starting vLLM server on "
      "http://0.0.0.0:8000", "server_starting", None, {}),
+    # a log shipper's bracketed timestamp (Fluent Bit, Vector, many CI consoles)
+    ("[2026-11-29 15:41:38.123] (APIServer pid=1) INFO 11-29 15:41:38 [entry.py:140] Starting vLLM server on "
+     "http://0.0.0.0:8000", "server_starting", None, {}),
+    ("[2025-10-09T06:02:09Z] ERROR 10-09 06:02:09 [core.py:700] ValueError: No available memory for the cache "
+     "blocks.", "failure", "no_cache_blocks", {}),
 ]
 
 QUIET = [
@@ -138,6 +143,14 @@ class TestClassify:
         assert event is not None
         assert (kind, failure) == (event.kind, event.failure)
         assert values == {k: event.values[k] for k in values}
+
+    @pytest.mark.parametrize("stamp", ["2025-10-09T06:02:09.123456789Z ", "[2025-10-09 06:02:09] ",
+                                       "[2025-10-09T06:02:09+02:00] "])
+    def test_a_shippers_timestamp_is_not_part_of_the_root_cause(self, stamp: str) -> None:
+        event = classify.classify(f"{stamp}(EngineCore pid=5) ERROR 10-09 06:02:09 [core.py:700] ValueError: No "
+                                  "available memory for the cache blocks.")
+        assert event is not None and event.message == "ValueError: No available memory for the cache blocks."
+        assert ("EngineCore", 5) == (event.proc, event.pid)
 
     @pytest.mark.parametrize("line", QUIET)
     def test_lines_that_say_nothing_we_use(self, line: str) -> None:
