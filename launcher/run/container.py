@@ -33,7 +33,7 @@ from typing import Any
 
 import structlog
 
-from launcher.errors import EX_CONFIG, UsageError
+from launcher.errors import EXIT_CODES, LauncherError, Outcome, UsageError
 
 log = structlog.get_logger("vllm_launch")
 
@@ -74,11 +74,23 @@ def cache_environment(environ: Mapping[str, str], workspace: Path = WORKSPACE) -
 @dataclass(frozen=True, slots=True)
 class Failure:
     message: str
-    exit_code: int
+    outcome: Outcome
+
+    @classmethod
+    def of(cls, exc: Exception) -> Failure:
+        """The launcher's own errors say what they mean; anything else is a bug, on one line, tried again."""
+        if isinstance(exc, LauncherError):
+            return cls(str(exc), exc.outcome)
+        return cls(f"{type(exc).__name__}: {' '.join(str(exc).split())}", Outcome.FAILED)
 
     @property
     def permanent(self) -> bool:
-        return self.exit_code == EX_CONFIG
+        return self.outcome is Outcome.CONFIG
+
+    @property
+    def exit_code(self) -> int:
+        """The code the launcher would exit with, for the log line (the pod's launcher does not exit)."""
+        return EXIT_CODES[self.outcome]
 
     def page(self) -> str:
         what = "can never work as configured" if self.permanent else "failed; the launcher will try again"

@@ -290,8 +290,7 @@ def _up_in_container(profile_path: str | None, sets: tuple[str, ...], inventory_
             except Exception as exc:  # a pod never crash-loops: even a bug shows on the page, then retries
                 if stop.is_set():
                     return EX_OK
-                failure = (container.Failure(str(exc), exc.exit_code) if isinstance(exc, LauncherError) else
-                           container.Failure(f"{type(exc).__name__}: {' '.join(str(exc).split())}", 1))
+                failure = container.Failure.of(exc)
                 page_host, page_port = container.page_address(host, port, os.environ)
                 if container.stay_up(failure, stop, page_host, page_port, None if failure.permanent else delay):
                     return EX_OK

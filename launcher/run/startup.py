@@ -88,7 +88,7 @@ def start(session: Session, overrides: dict[str, FlagValue | None]) -> dict[str,
         if session.stop.is_set():
             raise Stopped from None
         summary = session.attempts_summary()
-        if stop.exit_code == LadderExhausted.exit_code:
+        if isinstance(stop, ladder.Exhausted):
             raise LadderExhausted(f"{stop} — attempts: {summary}") from None
         raise ConfigError(f"{stop} — attempts: {summary}") from None
     except AttemptFailed:
