@@ -13,6 +13,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from launcher.vllm import prometheus
+
 
 @dataclass(frozen=True, slots=True)
 class Probe:
@@ -91,22 +93,12 @@ def check_completion(base_url: str, served_name: str, api_key: str | None, timeo
 
 def metrics(base_url: str, timeout: float = 2.0) -> dict[str, float]:
     """The few Prometheus gauges `status` shows (KV usage, running and waiting requests)."""
-    wanted = {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:num_requests_running",
-              "vllm:num_requests_waiting"}
+    wanted = {*prometheus.KV_USAGE, prometheus.RUNNING, prometheus.WAITING}
     try:
         status, body = _request(f"{base_url}/metrics", timeout)
     except PROBE_ERRORS:
         return {}
     if status != 200:
         return {}
-    found: dict[str, float] = {}
-    for line in body.decode(errors="replace").splitlines():
-        if line.startswith("#"):
-            continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in wanted:
-            try:
-                found[name] = found.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-            except (IndexError, ValueError):
-                continue
-    return found
+    found = prometheus.sums(body.decode(errors="replace"), wanted)
+    return {name: value for name, value in found.items() if name in wanted}

@@ -22,6 +22,7 @@ from launcher.errors import EX_OK, TransientFailure
 from launcher.run import locks
 from launcher.run.locks import acquire_lock, held_locks, lock_holder, release_lock
 from launcher.statedir import read_json, state_root, write_json_atomic
+from launcher.vllm import prometheus
 
 __all__ = ["StateStore", "acquire_lock", "held_locks", "lock_holder", "read_json", "release_lock", "state_root",
            "write_json_atomic"]
@@ -164,7 +165,7 @@ def _status_text(data: Mapping[str, Any]) -> str:
                      f"  capacity   {cap}")
     live = data.get("live") or {}
     if live:
-        usage = live.get("vllm:kv_cache_usage_perc", live.get("vllm:gpu_cache_usage_perc"))
+        usage = prometheus.first(live, prometheus.KV_USAGE)
         lines.append(f"  live       KV usage {usage * 100:.1f} %, running {live.get('vllm:num_requests_running', 0):.0f}, "
                      f"waiting {live.get('vllm:num_requests_waiting', 0):.0f}" if usage is not None else f"  live {live}")
     for warning in (data.get("warnings") or [])[-5:]:
