@@ -34,11 +34,12 @@ from typing import Any
 import structlog
 
 from launcher.errors import EXIT_CODES, LauncherError, Outcome, UsageError
+from launcher.run.retry import Backoff
 
 log = structlog.get_logger("vllm_launch")
 
 REPEAT_S = 60.0  # how often a pod that stays up repeats why
-RETRY_S = (60.0, 900.0)  # the backoff between tries after a failure a later try may fix
+RETRY = Backoff(60.0, 900.0)  # between tries after a failure a later try may fix
 WORKSPACE = Path("/workspace")
 MAX_CONNECTIONS = 32  # the page's handler threads at most
 READ_TIMEOUT_S = 5.0  # how long a connection may take to send its request (and each read or write after)

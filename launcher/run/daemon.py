@@ -277,7 +277,7 @@ def _up_in_container(profile_path: str | None, sets: tuple[str, ...], inventory_
     """Never crash-loop a pod: a failure keeps the launcher up with a page that says why (run/container.py)."""
     path, all_sets = container.arguments(profile_path, sets, os.environ)
     os.environ.update(container.cache_environment(os.environ))
-    delay = container.RETRY_S[0]
+    failures = 0  # in a row, each a failure a later try may fix
     with stop_on_signals() as (stop, reload):
         while True:
             host, port = None, None
@@ -292,6 +292,7 @@ def _up_in_container(profile_path: str | None, sets: tuple[str, ...], inventory_
                     return EX_OK
                 failure = container.Failure.of(exc)
                 page_host, page_port = container.page_address(host, port, os.environ)
-                if container.stay_up(failure, stop, page_host, page_port, None if failure.permanent else delay):
+                failures += 1
+                wait_s = None if failure.permanent else container.RETRY.delay(failures)
+                if container.stay_up(failure, stop, page_host, page_port, wait_s):
                     return EX_OK
-                delay = min(delay * 2, container.RETRY_S[1])

@@ -22,6 +22,7 @@ from launcher.plan import calibration
 from launcher.run import gpurelease, health, ladder, logs, progress, state, supervisor
 from launcher.run.logpump import RotatingFile
 from launcher.run.readiness import ReadyCheck, capacity_gate, wait_ready
+from launcher.run.retry import Backoff
 from launcher.run.session import Attempt, Session, Stopped
 from launcher.units import format_duration
 from launcher.vllm import command
@@ -43,12 +44,9 @@ def start(session: Session, overrides: dict[str, FlagValue | None]) -> dict[str,
     prof = session.profile
     tried: list[Mapping[str, FlagValue | None]] = []
 
-    def wait(retry_state: RetryCallState) -> float:
-        """No wait after a change the ladder made; exponential backoff when the same flags are retried."""
-        if session.same_flags_retries == 0:
-            return 0.0
-        policy = prof.launcher.restart
-        return float(min(policy.backoff_max_s, policy.backoff_min_s * 2 ** (session.same_flags_retries - 1)))
+    policy = prof.launcher.restart
+    # No wait after a change the ladder made (it resets the count); backoff when the same flags are retried.
+    wait = Backoff(policy.backoff_min_s, policy.backoff_max_s).wait(lambda: session.same_flags_retries)
 
     def sleep(seconds: float) -> None:
         session.wait(seconds)  # a signal ends the backoff at once; the watchdog is pinged meanwhile
