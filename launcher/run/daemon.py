@@ -25,7 +25,7 @@ from launcher.config.profile import FlagValue, Profile
 from launcher.errors import EX_OK, ConfigError, LauncherError, ProfileError, UsageError
 from launcher.run import container, ladder, logs, metrics, prelaunch, serving, startup, state, supervisor
 from launcher.run.session import Session, Stopped, describe_overrides
-from launcher.statedir import ensure_state_dirs, ensure_writable_dir
+from launcher.statedir import cache_dir, ensure_state_dirs, ensure_writable_dir
 from launcher.vllm import install
 from launcher.vllm.versions import semantics
 
@@ -175,7 +175,7 @@ def _prepare(session: Session, directory: Path) -> dict[str, FlagValue | None]:
     # Each probe below can take many seconds (vLLM imports torch): a SIGTERM ends it and the run at once.
     installed = install.installed_version(vllm_bin, run=session.run_command)
     session.version = semantics(installed)
-    session.catalog = install.catalog_for(vllm_bin, installed, install.cache_dir(session.environ),
+    session.catalog = install.catalog_for(vllm_bin, installed, cache_dir(session.environ),
                                           run=session.run_command)
     session.check_stop()
     flags.check_profile_flags(prof, session.catalog)

@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 
 from launcher.errors import EX_OK, TransientFailure
+from launcher.procstat import alive
 from launcher.run import locks
 from launcher.run.locks import acquire_lock, held_locks, lock_holder, release_lock
 from launcher.statedir import read_json, state_root, write_json_atomic
@@ -115,15 +116,8 @@ def _profile_dirs(profile: str | None, environ: Mapping[str, str] | None = None)
 
 
 def _alive(pid: object) -> bool:
-    """A live process (a zombie that only waits to be reaped by its parent does not count)."""
-    import psutil
-
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.Error:
-        return False
+    """A live process, from a state file's `pid` (which may be anything)."""
+    return isinstance(pid, int) and alive(pid)
 
 
 def status_command(profile: str | None, as_json: bool = False, environ: Mapping[str, str] | None = None) -> int:
