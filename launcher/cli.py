@@ -151,9 +151,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EX_INTERRUPTED
 
 
-# --------------------------------------------------------------------------- commands
-
-
 def cmd_plan(args: argparse.Namespace) -> int:
     from launcher.plan import render
     from launcher.plan.report import PlanRequest, run_plan
@@ -236,7 +233,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         return EX_OK
     documents = render.lws_manifest(profile, document.read_text(args.profile), image=args.image,
                                     gpus_per_node=args.gpus_per_node, namespace=args.namespace)
-    print(render.lws_text(documents, f"{documents[1]['metadata']['name']}-secrets"), end="")
+    print(render.lws_text(documents, render.secret_name(profile)), end="")
     return EX_OK
 
 

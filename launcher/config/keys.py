@@ -27,8 +27,6 @@ class KeyReader:
             line = self.lines.get(key.rsplit(".", 1)[0])
         return ProfileError(self.source, key, problem, fix, line)
 
-    # ---- helpers for typed values
-
     def mapping(self, value: Any, key: str) -> dict[str, Any]:
         if value is None:
             return {}

@@ -165,9 +165,6 @@ def estimate_weight_bytes(arch: ModelArch) -> int:
     return int(quantized_bytes + (unquantized + embeddings + norms) * arch.dtype_bytes)
 
 
-# ---------------------------------------------------------------------------- finding files
-
-
 @dataclass(frozen=True, slots=True)
 class ModelFiles:
     """Where a model's config and weights were found."""

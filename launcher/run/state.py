@@ -81,9 +81,6 @@ class StateStore:
         self.update()
 
 
-# --------------------------------------------------------------------------- last-known-good
-
-
 def lkg_key(profile_digest: str, gpu_model: str, gpu_count: int, driver: str | None, vllm_version: str | None) -> str:
     return "|".join([profile_digest, gpu_model, str(gpu_count), driver or "-", vllm_version or "-"])
 
@@ -100,9 +97,6 @@ def save_lkg(directory: Path, key: str, record: Mapping[str, Any]) -> None:
     records = records if isinstance(records, dict) else {}
     records[key] = {**record, "saved_at": time.time()}
     write_json_atomic(path, records)
-
-
-# --------------------------------------------------------------------------- status and down
 
 
 def _profile_dirs(profile: str | None, environ: Mapping[str, str] | None = None) -> list[Path]:
