@@ -24,10 +24,11 @@ from typing import Any
 
 from launcher.bench.stats import RequestResult
 from launcher.errors import EXIT_CODES, Outcome
+from launcher.vllm import api
 
 Message = Mapping[str, str]
 
-MAX_BODY = 16 * 2**20  # a JSON answer or /metrics page larger than this is not vLLM's
+MAX_BODY = api.MAX_BODY_BYTES  # a JSON answer or /metrics page larger than this is not vLLM's
 MAX_STREAM = 8 * 2**20  # the bytes one streamed answer may send, at least (a token's chunk is ~250 B)
 STREAM_BYTES_PER_TOKEN = 4096  # and per output token asked for, beyond that
 MAX_COUNT = 10**9  # no tokenizer count or usage field is larger
@@ -77,35 +78,24 @@ class Server:
         self._kept = threading.local()  # each user thread's open connection
 
     def _connection(self, timeout: float) -> http.client.HTTPConnection:
-        kind = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
-        return kind(self.host, self.port, timeout=timeout)
+        return api.connect(self.https, self.host, self.port, timeout)
 
     def _headers(self, body: bool) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
-        if body:
-            headers["Content-Type"] = "application/json"
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        return headers
+        return api.headers(self.api_key, body)
 
     def call(self, method: str, path: str, body: Mapping[str, Any] | None = None, timeout: float = 30.0
              ) -> tuple[int, bytes]:
         """(status, body); ServerError (exit 2) when nothing answers."""
-        conn = self._connection(timeout)
         try:
-            conn.request(method, path, json.dumps(body).encode() if body is not None else None,
-                         self._headers(body is not None))
-            response = conn.getresponse()
-            data = response.read(MAX_BODY + 1)
+            status, data = api.request(f"{self.base_url}{path}", timeout, api_key=self.api_key, body=body,
+                                       method=method, limit=MAX_BODY + 1)
         except (OSError, http.client.HTTPException) as exc:
             raise ServerError(f"{self.base_url}{path}: no answer ({exc}); is the server up? "
                               "(`vllm-launch status`)", Outcome.USAGE) from None
-        finally:
-            conn.close()
         if len(data) > MAX_BODY:
             raise ServerError(f"{self.base_url}{path}: answered more than {MAX_BODY // 2**20} MiB; "
                               "is this a vLLM server?", Outcome.USAGE)
-        return response.status, data
+        return status, data
 
     def served(self, model: str | None) -> Served:
         """The model to send requests to, checked against /v1/models (401 → the key; absent → the names)."""
