@@ -6,10 +6,15 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher import __version__
-from launcher.errors import EX_CONFIG, EX_OK, EX_USAGE, LauncherError, UsageError
+from launcher.errors import EX_ARGPARSE_USAGE, EX_CONFIG, EX_OK, EXIT_CODES, LauncherError, UsageError
+
+if TYPE_CHECKING:
+    from launcher.bench.workload import Settings
+
+EX_INTERRUPTED = 130  # as a shell reports a command that SIGINT ended
 
 EPILOG = """exit codes: 0 clean stop · 2 usage · 75 start-up failed in a way a later try may fix (ladder or
 restart budget exhausted) · 78 the profile, a flag, the model or the GPU can never work as configured"""
@@ -146,18 +151,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     if args.command is None:
         parser.print_help(sys.stderr)
-        return EX_USAGE
+        return EX_ARGPARSE_USAGE
     try:
         handler = COMMANDS[args.command]
         return handler(args)
     except LauncherError as exc:
         print(f"vllm-launch: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return EXIT_CODES[exc.outcome]
     except KeyboardInterrupt:
-        return 130
-
-
-# --------------------------------------------------------------------------- commands
+        return EX_INTERRUPTED
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -243,19 +245,34 @@ def cmd_render(args: argparse.Namespace) -> int:
         return EX_OK
     documents = render.lws_manifest(profile, document.read_text(args.profile), image=args.image or render.DEFAULT_IMAGE,
                                     gpus_per_node=args.gpus_per_node, namespace=args.namespace)
-    print(render.lws_text(documents, f"{documents[1]['metadata']['name']}-secrets"), end="")
+    print(render.lws_text(documents, render.secret_name(profile)), end="")
     return EX_OK
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from launcher.bench import command
     from launcher.bench.workload import Settings
 
     settings = Settings(users=args.users, turns=args.turns, context=args.context, shared_prefix=args.shared_prefix,
                         turn_tokens=args.turn_tokens, max_tokens=args.max_tokens, duration_s=args.duration,
                         warmup=args.warmup, seed=args.seed, ignore_eos=args.ignore_eos)
-    return command.main(args.target, settings, model=args.model, as_json=args.json, plot_path=args.plot,
-                        compare=args.compare)
+    return bench_main(args.target, settings, model=args.model, as_json=args.json, plot_path=args.plot,
+                      compare=args.compare)
+
+
+def bench_main(spec: str, settings: Settings, **kwargs: Any) -> int:
+    """`bench` says "vllm-launch bench:" on its one error line; Ctrl-C in the measured run is handled by the
+    runner (a partial report), and before it ends here."""
+    from launcher.bench import command
+    from launcher.bench.client import ServerError
+
+    try:
+        return command.bench(spec, settings, **kwargs)
+    except (ServerError, LauncherError) as exc:
+        print(f"vllm-launch bench: {exc}", file=sys.stderr)
+        return EXIT_CODES[exc.outcome]
+    except KeyboardInterrupt:  # in the prompt sizing or the warm-up: the measured run's own Ctrl-C reports
+        print("vllm-launch bench: interrupted before the measured run began; nothing was measured", file=sys.stderr)
+        return EX_INTERRUPTED
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
@@ -263,7 +280,7 @@ def cmd_completion(args: argparse.Namespace) -> int:
         import shtab
     except ImportError:
         print("vllm-launch: completion needs shtab: pip install 'vllm-launch[completion]'", file=sys.stderr)
-        return EX_USAGE
+        return EX_ARGPARSE_USAGE
     parser = build_parser()
     _complete_files(parser)
     print(shtab.complete(parser, shell=args.shell).rstrip("\n"))

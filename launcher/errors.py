@@ -1,35 +1,58 @@
-"""Errors that carry their exit code and the fix.
+"""Errors that carry what they mean (an `Outcome`) and the fix.
 
-`cli.main()` is the only place that turns them into exit codes (sysexits):
-78 (EX_CONFIG) for what can never work as configured, 75 (EX_TEMPFAIL) for
-what may work later, 2 for command-line misuse. systemd units list 78 in
-RestartPreventExitStatus= so that a bad profile is not restarted in a loop.
+An error says what kind of failure it is; `cli.main()` is the only place that returns it as an exit
+code (sysexits): 78 (EX_CONFIG) for what can never work as configured, 75 (EX_TEMPFAIL) for what may
+work later, 2 for command-line misuse. systemd units list 78 in RestartPreventExitStatus= so that a
+bad profile is not restarted in a loop. The table lives here, on the ground floor, because the logs
+and the container's status page name the code the launcher is about to exit with.
 """
 
 from __future__ import annotations
 
+import enum
+from types import MappingProxyType
+
 EX_OK = 0
-EX_USAGE = 2
+# argparse exits 2 on a bad command line; the launcher's own usage errors exit 2 as well, so that every
+# misuse reads the same to a script. This is not sysexits' EX_USAGE (64), which the launcher never returns.
+EX_ARGPARSE_USAGE = 2
 EX_TEMPFAIL = 75
 EX_CONFIG = 78
+
+
+class Outcome(enum.Enum):
+    """What a failure means to whoever started the launcher (and so whether anything should retry it)."""
+
+    FAILED = "failed"  # none of the below: a bug or an unexpected error
+    USAGE = "usage"  # the command as given cannot run: fix the command line (or the server it names)
+    TEMPFAIL = "tempfail"  # may work later: systemd, a pod or the container loop may try again
+    CONFIG = "config"  # can never work as configured: never retried
+
+
+EXIT_CODES = MappingProxyType({Outcome.FAILED: 1, Outcome.USAGE: EX_ARGPARSE_USAGE,
+                               Outcome.TEMPFAIL: EX_TEMPFAIL, Outcome.CONFIG: EX_CONFIG})
 
 
 class LauncherError(Exception):
     """Base of every error the launcher reports to its operator."""
 
-    exit_code = 1
+    outcome = Outcome.FAILED
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.outcome]
 
 
 class UsageError(LauncherError):
     """The command line itself is wrong."""
 
-    exit_code = EX_USAGE
+    outcome = Outcome.USAGE
 
 
 class ConfigError(LauncherError):
     """A profile, flag, model or GPU that can never work as configured: never retried."""
 
-    exit_code = EX_CONFIG
+    outcome = Outcome.CONFIG
 
 
 class ProfileError(ConfigError):
@@ -61,7 +84,7 @@ class VllmNotFound(ConfigError):
 class TransientFailure(LauncherError):
     """Start-up failed in a way that may succeed later (systemd may restart us)."""
 
-    exit_code = EX_TEMPFAIL
+    outcome = Outcome.TEMPFAIL
 
 
 class LadderExhausted(TransientFailure):

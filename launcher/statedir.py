@@ -2,7 +2,9 @@
 
 The state dir: $VLLM_LAUNCH_STATE_DIR, else $STATE_DIRECTORY (systemd's StateDirectory=), else
 $XDG_STATE_HOME/vllm-launch (~/.local/state/vllm-launch), one folder per profile. The ground floor:
-`plan` reads calibration records from it, `run` writes state, locks and records into it.
+`plan` reads calibration records from it, `run` writes state, locks and records into it. The caches
+are looked up here too: the launcher's own (vLLM's flag catalog per version) and the user's cache home
+that Hugging Face's hub cache defaults to.
 """
 
 from __future__ import annotations
@@ -27,6 +29,21 @@ def state_root(environ: Mapping[str, str] | None = None) -> Path:
         return Path(environ["STATE_DIRECTORY"].split(":")[0])
     base = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "vllm-launch"
+
+
+def cache_home(environ: Mapping[str, str] | None = None) -> Path:
+    """$XDG_CACHE_HOME, else ~/.cache: where the launcher's cache and Hugging Face's hub cache default to."""
+    environ = os.environ if environ is None else environ
+    return Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+
+
+def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The launcher's cache: systemd's CacheDirectory=, else $XDG_CACHE_HOME/vllm-launch, else
+    ~/.cache/vllm-launch."""
+    environ = os.environ if environ is None else environ
+    if environ.get("CACHE_DIRECTORY"):
+        return Path(environ["CACHE_DIRECTORY"].split(":")[0])
+    return cache_home(environ) / "vllm-launch"
 
 
 def ensure_writable_dir(directory: Path, what: str, fix: str) -> None:

@@ -23,10 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.bench.stats import RequestResult
+from launcher.errors import EXIT_CODES, Outcome
+from launcher.vllm import api
 
 Message = Mapping[str, str]
 
-MAX_BODY = 16 * 2**20  # a JSON answer or /metrics page larger than this is not vLLM's
+MAX_BODY = api.MAX_BODY_BYTES  # a JSON answer or /metrics page larger than this is not vLLM's
 MAX_STREAM = 8 * 2**20  # the bytes one streamed answer may send, at least (a token's chunk is ~250 B)
 STREAM_BYTES_PER_TOKEN = 4096  # and per output token asked for, beyond that
 MAX_COUNT = 10**9  # no tokenizer count or usage field is larger
@@ -48,9 +50,13 @@ def count(value: object) -> int | None:
 class ServerError(Exception):
     """The server cannot be benchmarked as asked: the message names the cause and the fix."""
 
-    def __init__(self, message: str, exit_code: int) -> None:
+    def __init__(self, message: str, outcome: Outcome) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        self.outcome = outcome
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.outcome]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +69,7 @@ class Server:
     def __init__(self, base_url: str, api_key: str | None, timeout_s: float = 600.0) -> None:
         url = urllib.parse.urlsplit(base_url.rstrip("/").removesuffix("/v1"))
         if url.scheme not in ("http", "https") or not url.hostname:
-            raise ServerError(f"{base_url}: not an http(s) URL; give e.g. http://127.0.0.1:8000", 2)
+            raise ServerError(f"{base_url}: not an http(s) URL; give e.g. http://127.0.0.1:8000", Outcome.USAGE)
         self.base_url = f"{url.scheme}://{url.netloc}"
         self.https = url.scheme == "https"
         self.host, self.port = url.hostname, url.port or (443 if self.https else 80)
@@ -72,57 +78,47 @@ class Server:
         self._kept = threading.local()  # each user thread's open connection
 
     def _connection(self, timeout: float) -> http.client.HTTPConnection:
-        kind = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
-        return kind(self.host, self.port, timeout=timeout)
+        return api.connect(self.https, self.host, self.port, timeout)
 
     def _headers(self, body: bool) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
-        if body:
-            headers["Content-Type"] = "application/json"
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        return headers
+        return api.headers(self.api_key, body)
 
     def call(self, method: str, path: str, body: Mapping[str, Any] | None = None, timeout: float = 30.0
              ) -> tuple[int, bytes]:
         """(status, body); ServerError (exit 2) when nothing answers."""
-        conn = self._connection(timeout)
         try:
-            conn.request(method, path, json.dumps(body).encode() if body is not None else None,
-                         self._headers(body is not None))
-            response = conn.getresponse()
-            data = response.read(MAX_BODY + 1)
+            status, data = api.request(f"{self.base_url}{path}", timeout, api_key=self.api_key, body=body,
+                                       method=method, limit=MAX_BODY + 1)
         except (OSError, http.client.HTTPException) as exc:
             raise ServerError(f"{self.base_url}{path}: no answer ({exc}); is the server up? "
-                              "(`vllm-launch status`)", 2) from None
-        finally:
-            conn.close()
+                              "(`vllm-launch status`)", Outcome.USAGE) from None
         if len(data) > MAX_BODY:
             raise ServerError(f"{self.base_url}{path}: answered more than {MAX_BODY // 2**20} MiB; "
-                              "is this a vLLM server?", 2)
-        return response.status, data
+                              "is this a vLLM server?", Outcome.USAGE)
+        return status, data
 
     def served(self, model: str | None) -> Served:
         """The model to send requests to, checked against /v1/models (401 → the key; absent → the names)."""
         status, body = self.call("GET", "/v1/models")
         if status == 401:
             raise ServerError(f"{self.base_url}/v1/models: 401 Unauthorized; set VLLM_API_KEY to the server's key "
-                              "(with a PROFILE: the profile's api_key)", 78)
+                              "(with a PROFILE: the profile's api_key)", Outcome.CONFIG)
         if status != 200:
-            raise ServerError(f"{self.base_url}/v1/models: HTTP {status}; is this a vLLM server?", 2)
+            raise ServerError(f"{self.base_url}/v1/models: HTTP {status}; is this a vLLM server?", Outcome.USAGE)
         try:
             listed = {m["id"]: m for m in json.loads(body)["data"]}
             if not all(isinstance(name, str) for name in listed):
                 raise TypeError
         except (ValueError, KeyError, TypeError, RecursionError):
-            raise ServerError(f"{self.base_url}/v1/models: not an OpenAI model list; is this a vLLM server?", 2) from None
+            raise ServerError(f"{self.base_url}/v1/models: not an OpenAI model list; is this a vLLM server?",
+                              Outcome.USAGE) from None
         if model is None:
             if not listed:
-                raise ServerError(f"{self.base_url}/v1/models lists no model", 2)
+                raise ServerError(f"{self.base_url}/v1/models lists no model", Outcome.USAGE)
             model = next(iter(listed))
         if model not in listed:
             raise ServerError(f"model {model!r} is not served at {self.base_url} (it serves "
-                              f"{', '.join(sorted(listed))}); pass --model with one of those", 78)
+                              f"{', '.join(sorted(listed))}); pass --model with one of those", Outcome.CONFIG)
         length = listed[model].get("max_model_len") if isinstance(listed[model], dict) else None
         return Served(model, count(length) or None)
 
@@ -151,7 +147,7 @@ class Server:
         status, data = self.call("POST", "/tokenize", body)
         if status != 200:
             raise ServerError(f"{self.base_url}/tokenize: HTTP {status} ({data[:200]!r}); the benchmark sizes its "
-                              "prompts with the server's own tokenizer", 2)
+                              "prompts with the server's own tokenizer", Outcome.USAGE)
         try:
             answer = json.loads(data)
         except (ValueError, RecursionError):  # a JSON nested thousands deep is no answer either
@@ -160,7 +156,7 @@ class Server:
         if tokens is None:
             raise ServerError(f"{self.base_url}/tokenize: answered {data[:80]!r}, not {{\"count\": N}} with N a token "
                               "count; the benchmark sizes its prompts with the server's own tokenizer: is this a "
-                              "vLLM server?", 2)
+                              "vLLM server?", Outcome.USAGE)
         return tokens
 
     def chat(self, model: str, messages: Sequence[Message], *, max_tokens: int, ignore_eos: bool = False,

@@ -25,7 +25,7 @@ from launcher.bench.workload import Settings
 from launcher.config import secrets
 from launcher.config.load import load
 from launcher.config.profile import Profile
-from launcher.errors import EX_CONFIG, EX_OK, EX_USAGE, LauncherError
+from launcher.errors import EX_CONFIG, EX_OK, Outcome
 from launcher.runstate import Phase, read_state
 from launcher.statedir import state_root
 from launcher.vllm import command as vllm_command
@@ -47,7 +47,7 @@ def resolve_target(spec: str, environ: Mapping[str, str]) -> Target:
         return Target(spec, spec, environ.get("VLLM_API_KEY") or None, None, None)
     if not Path(spec).is_file():
         raise ServerError(f"{spec}: neither a profile file nor an http(s) URL; give PROFILE.yaml or "
-                          "http://HOST:PORT", EX_USAGE)
+                          "http://HOST:PORT", Outcome.USAGE)
     profile = load(spec)
     plan = vllm_command.build_plan(profile)
     key = secrets.resolve(profile, environ).get("VLLM_API_KEY")
@@ -57,27 +57,27 @@ def resolve_target(spec: str, environ: Mapping[str, str]) -> Target:
 def check_settings(settings: Settings, context: int, max_model_len: int | None) -> None:
     if max_model_len is not None and context > max_model_len:
         raise ServerError(f"--context {context} is above the server's max-model-len {max_model_len}; "
-                          f"pass --context {max_model_len} or less", EX_CONFIG)
+                          f"pass --context {max_model_len} or less", Outcome.CONFIG)
     first = settings.shared_prefix + settings.turn_tokens + settings.max_tokens
     if first > context:
         raise ServerError(f"--shared-prefix {settings.shared_prefix} + --turn-tokens {settings.turn_tokens} + "
                           f"--max-tokens {settings.max_tokens} = {first} tokens do not fit --context {context}; "
-                          "lower one of them", EX_USAGE)
+                          "lower one of them", Outcome.USAGE)
     if settings.users < 1 or settings.turns < 1 or settings.max_tokens < 1:
-        raise ServerError("--users, --turns and --max-tokens must be at least 1", EX_USAGE)
+        raise ServerError("--users, --turns and --max-tokens must be at least 1", Outcome.USAGE)
 
 
 def bench(spec: str, settings: Settings, *, model: str | None = None, as_json: bool = False,
           plot_path: str | None = None, compare: str | None = None, environ: Mapping[str, str] | None = None) -> int:
     environ = dict(os.environ if environ is None else environ)
     if plot_path and not report.plotting_available():
-        raise ServerError("--plot needs matplotlib: pip install 'vllm-launch[plot]'", EX_USAGE)
+        raise ServerError("--plot needs matplotlib: pip install 'vllm-launch[plot]'", Outcome.USAGE)
     if compare not in (None, "prefix-caching"):
-        raise ServerError(f"--compare {compare}: only prefix-caching can be compared", EX_USAGE)
+        raise ServerError(f"--compare {compare}: only prefix-caching can be compared", Outcome.USAGE)
     target = resolve_target(spec, environ)
     if compare and target.profile is None:
         raise ServerError("--compare prefix-caching restarts the server with and without the flag: give a "
-                          "PROFILE, not a URL (someone else's server cannot be restarted)", EX_USAGE)
+                          "PROFILE, not a URL (someone else's server cannot be restarted)", Outcome.USAGE)
     if compare and target.profile is not None:
         return _compare(target, target.profile, spec, settings, model, as_json, plot_path, environ)
     doc, run = measure(target, settings, model)
@@ -175,13 +175,14 @@ class supervised:  # noqa: N801 - used as a context manager, like contextlib's
             if code is not None:
                 tail = (self.proc.stderr.read() if self.proc.stderr else b"").decode(errors="replace").strip()
                 raise ServerError(f"vllm-launch up {' '.join(self.argv[4:7])} exited {code} before serving"
-                                  + (f": {tail.splitlines()[-1]}" if tail else ""), EX_CONFIG if code == 78 else 75)
+                                  + (f": {tail.splitlines()[-1]}" if tail else ""),
+                                  Outcome.CONFIG if code == EX_CONFIG else Outcome.TEMPFAIL)
             found = read_state(self.state)
             if found is not None and found.pid == self.proc.pid and found.phase is Phase.SERVING:
                 return self
             time.sleep(0.5)
         self.__exit__()
-        raise ServerError(f"the profile did not become ready within {READY_TIMEOUT_S:.0f}s", 75)
+        raise ServerError(f"the profile did not become ready within {READY_TIMEOUT_S:.0f}s", Outcome.TEMPFAIL)
 
     def __exit__(self, *_: object) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -191,21 +192,3 @@ class supervised:  # noqa: N801 - used as a context manager, like contextlib's
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
-
-
-def main(spec: str, settings: Settings, **kwargs: Any) -> int:
-    """The CLI's entry: errors are one line and an exit code; Ctrl-C in the run is handled by the runner, and
-    before it ends here (130, as a shell reports SIGINT)."""
-    try:
-        return bench(spec, settings, **kwargs)
-    except ServerError as exc:
-        print(f"vllm-launch bench: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except LauncherError as exc:
-        print(f"vllm-launch bench: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:  # in the prompt sizing or the warm-up: the measured run's own Ctrl-C reports
-        print("vllm-launch bench: interrupted before the measured run began; nothing was measured", file=sys.stderr)
-        return 130
-
-

@@ -17,6 +17,7 @@ from launcher.bench import scrape
 from launcher.bench.client import Server, ServerError
 from launcher.bench.stats import RequestResult
 from launcher.bench.workload import Conversation, Settings, TextMaker, turns_that_fit, user_rng, words
+from launcher.errors import Outcome
 
 Progress = Callable[[list[RequestResult]], None]
 
@@ -53,7 +54,7 @@ class RunFailed(ServerError):
     """A user thread died of an error: the run measured less than it says, so it reports nothing."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(message, 1)
+        super().__init__(message, Outcome.FAILED)
 
 
 def prepare(server: Server, model: str, settings: Settings, context: int) -> Prepared:

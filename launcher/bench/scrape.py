@@ -5,15 +5,16 @@ down) is reported as null: a server that lies does not get a number."""
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from launcher.vllm import prometheus
+from launcher.vllm.prometheus import KV_USAGE, first
+
 HITS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits_total")
 QUERIES = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries_total")
 HIT_RATE_GAUGE = ("vllm:gpu_prefix_cache_hit_rate",)  # V0: a gauge, not counters
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 PREEMPTIONS = ("vllm:num_preemptions_total", "vllm:num_preemptions")
 
 
@@ -21,24 +22,8 @@ WANTED = (*HITS, *QUERIES, *HIT_RATE_GAUGE, *KV_USAGE, *PREEMPTIONS, "vllm:time_
 
 
 def parse(text: str, wanted: tuple[str, ...] = WANTED) -> dict[str, float]:
-    """Sum of every sample of each wanted metric name (labels dropped: one model per server). Only the wanted
-    lines are parsed: the sampler runs beside the measured requests and must hold the GIL briefly."""
-    found: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line.startswith(wanted):
-            continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        try:
-            value = float(line.rsplit(" ", 1)[1])
-        except (IndexError, ValueError):
-            continue
-        if math.isfinite(value):  # NaN, +Inf: no figure to add up
-            found[name] = found.get(name, 0.0) + value
-    return found
-
-
-def first(values: Mapping[str, float], names: tuple[str, ...]) -> float | None:
-    return next((values[n] for n in names if n in values), None)
+    """Sum of every finite sample of each wanted metric name (labels dropped: one model per server)."""
+    return prometheus.sums(text, wanted)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,8 +29,6 @@ class KeyReader:
             line = self.lines.get(key.rsplit(".", 1)[0])
         return ProfileError(self.source, key, problem, fix, line)
 
-    # ---- helpers for typed values
-
     def setting(self, data: Mapping[str, Any], name: str) -> Any:
         """`launcher.<name>` read out of its section `data` as its table entry declares (config/settings.py)."""
         item = setting(name)

@@ -233,5 +233,3 @@ def is_loopback(host: str | None) -> bool:
     return host is not None and bool(_LOOPBACK.match(host))
 
 
-# --------------------------------------------------------------------------- loading
-

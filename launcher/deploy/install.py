@@ -32,7 +32,7 @@ from launcher.deploy.systemd_plan import (
     uninstall_steps,
     writable_paths,
 )
-from launcher.errors import EX_CONFIG, EX_USAGE, ConfigError
+from launcher.errors import EX_ARGPARSE_USAGE, EX_CONFIG, ConfigError
 from launcher.statedir import write_text_atomic
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     environ = os.environ if environ is None else environ
     if args.root and not Path(args.root).is_dir():
         print(f"install-systemd: --root {args.root} is not a directory; create it first", file=sys.stderr)
-        return EX_USAGE
+        return EX_ARGPARSE_USAGE
     try:
         profile = load(args.profile)
         text, notes = absolute_paths(document.read_text(args.profile), profile.source, str(Path.cwd()),

@@ -71,12 +71,22 @@ def _secret_env(profile: Profile, secret_name: str) -> list[dict[str, Any]]:
     return env
 
 
+def resource_name(profile: Profile) -> str:
+    """The name of the LeaderWorkerSet and its Service (a DNS label), and the stem of its ConfigMap and Secret."""
+    return f"vllm-{instance_name(profile)}".lower().replace("_", "-").replace(".", "-")
+
+
+def secret_name(profile: Profile) -> str:
+    """The Secret the pods read the API key and the HF token from (the operator creates it)."""
+    return f"{resource_name(profile)}-secrets"
+
+
 def lws_manifest(profile: Profile, profile_text: str, *, image: str, gpus_per_node: int | None = None,
                  namespace: str = "default") -> list[dict[str, Any]]:
     nodes = _need_nodes(profile)
-    name = f"vllm-{instance_name(profile)}".lower().replace("_", "-").replace(".", "-")
+    name = resource_name(profile)
     gpus = gpus_per_node or profile.gpus_needed
-    secret = f"{name}-secrets"
+    secret = secret_name(profile)
     port = profile.port
     profile_path = f"{PROFILE_DIR}/{profile.name}.yaml"
     labels = standard_labels(name, image)  # copied per object: yaml writes one dict met twice as an alias

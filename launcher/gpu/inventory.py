@@ -103,9 +103,6 @@ class GpuProbe(Protocol):
     def read(self) -> GpuInventory: ...
 
 
-# --------------------------------------------------------------------------- CUDA_VISIBLE_DEVICES
-
-
 def apply_visibility(inventory: GpuInventory, environ: Mapping[str, str] | None) -> GpuInventory:
     """Set `visible` (in CUDA's order) and a note naming what vLLM will see."""
     environ = os.environ if environ is None else environ

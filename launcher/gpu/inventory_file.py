@@ -11,7 +11,7 @@ import yaml
 
 from launcher.errors import UsageError
 from launcher.gpu.inventory import GpuDevice, GpuInventory, GpuProcess, apply_visibility
-from launcher.procstat import stat_fields
+from launcher.procstat import alive
 from launcher.units import BadValue, parse_size, true_or_false, whole_number
 
 
@@ -213,14 +213,8 @@ class _InventoryReader:
             if proc.get("release_on_exit") is True:
                 held_until = proc.get("held_until")
                 lingering = isinstance(held_until, int | float) and time.time() < held_until
-                if not (_alive(pid) or lingering):
+                if not (alive(pid) or lingering):  # a zombie has given its memory back
                     continue
                 taken += used or 0
             found.append(GpuProcess(pid, self.text(proc, "name", f"{where}.name"), used))
         return tuple(found), taken
-
-
-def _alive(pid: int) -> bool:
-    """A running process (a zombie has given its memory back)."""
-    fields = stat_fields(pid)
-    return fields is not None and fields[0] not in (b"Z", b"X")

@@ -44,11 +44,13 @@ _SUBBYTE_KV = {"int4_per_token_head": 0.5, "nvfp4": 0.5625, "nvfp4_4over6": 0.56
 # Both paths start from the model-dtype logits (2) and their fp32 copy (4). The dummy run sets top-k and
 # top-p; PyTorch's path then sorts: values and int64 indices in and out of the radix sort (4 + 4 + 8 + 8),
 # softmax probabilities (4) and two boolean masks (2). FlashInfer samples from the logits in place.
-# Which one runs is vLLM's default per version (VersionSemantics.sampler_sorts): a published 0.10.2 H100
-# breakdown with the sort (1,024 × 151,936 entries → 5.58 GiB peak activation, 38 B each) and RTX 4090 and
-# A100 ones without it (256 × 151,936 → 0.17 and 0.23 GiB, about 6 B) bracket these two figures.
+# A published 0.10.2 H100 breakdown with the sort (1,024 × 151,936 entries → 5.58 GiB peak activation, 38 B
+# each) and RTX 4090 and A100 ones without it (256 × 151,936 → 0.17 and 0.23 GiB, about 6 B) bracket the two.
+# The plan always counts the sort: V0 sorted, and V1 does except 0.8–0.11.0 with FlashInfer installed
+# (VLLM_USE_FLASHINFER_SAMPLER unset meant on there; from 0.11.1 FlashInfer is opt-in, and 0.32 warms both
+# paths). Where it did not sort, the KV estimate is low by the sort's share (max_num_seqs × vocabulary × 30 B):
+# whether FlashInfer is installed is not known to the plan.
 SAMPLER_BYTES_SORT = 36
-SAMPLER_BYTES_IN_PLACE = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,19 +232,17 @@ def forward_peak_bytes(arch: ModelArch, tokens: int, tensor_parallel_size: int) 
     return int(tokens * (3 * hidden + max(attention, mlp)) * arch.dtype_bytes)
 
 
-def sampler_peak_bytes(arch: ModelArch, requests: int, tokens: int, sorts: bool = True) -> int:
+def sampler_peak_bytes(arch: ModelArch, requests: int, tokens: int) -> int:
     """The sampler warm-up of the profiling pass, with the forward's output hidden states still alive."""
-    per_entry = SAMPLER_BYTES_SORT if sorts else SAMPLER_BYTES_IN_PLACE
-    return int(requests * arch.vocab_size * per_entry + tokens * arch.hidden_size * arch.dtype_bytes)
+    return int(requests * arch.vocab_size * SAMPLER_BYTES_SORT + tokens * arch.hidden_size * arch.dtype_bytes)
 
 
-def activation_bytes(arch: ModelArch, batched_tokens: int, max_num_seqs: int, tensor_parallel_size: int,
-                     sampler_sorts: bool = True) -> int:
+def activation_bytes(arch: ModelArch, batched_tokens: int, max_num_seqs: int, tensor_parallel_size: int) -> int:
     """Peak torch memory of vLLM's profiling pass: the larger of the forward and the sampler warm-up
     (over min(max_num_seqs, batched tokens) requests: gpu_model_runner._dummy_run)."""
     requests = min(max_num_seqs, batched_tokens)
     return max(forward_peak_bytes(arch, batched_tokens, tensor_parallel_size),
-               sampler_peak_bytes(arch, requests, batched_tokens, sampler_sorts))
+               sampler_peak_bytes(arch, requests, batched_tokens))
 
 
 def peers(tensor_parallel_size: int, pipeline_parallel_size: int) -> int:
@@ -281,7 +281,7 @@ def estimate(inputs: CapacityInputs, reserve: ReserveModel = RESERVE) -> Capacit
         assumptions.append("KV bytes per token are approximate (sliding-window layers or a sub-byte KV dtype)")
     weights_per_gpu = inputs.weights_bytes // (tp * pp)
     budget = int(gpu.total_bytes * inputs.utilization)
-    activation = activation_bytes(arch, batched, max_num_seqs, tp, version.sampler_sorts)
+    activation = activation_bytes(arch, batched, max_num_seqs, tp)
     non_torch = non_torch_bytes(tp, pp, gpu.model.fabric, version.engine == "v0", reserve)
     if arch.is_moe and arch.quant_method in FP8_WEIGHTS and not version.bounds_profiling_splits:
         activation += reserve.fp8_moe_workspace

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import ConfigError
+from launcher.statedir import cache_home
 
 _DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 2, "half": 2, "float": 2, "fp16": 2, "bf16": 2}
 
@@ -164,9 +165,6 @@ def estimate_weight_bytes(arch: ModelArch) -> int:
     return int(quantized_bytes + (unquantized + embeddings + norms) * arch.dtype_bytes)
 
 
-# ---------------------------------------------------------------------------- finding files
-
-
 @dataclass(frozen=True, slots=True)
 class ModelFiles:
     """Where a model's config and weights were found."""
@@ -181,7 +179,7 @@ def hf_hub_cache(environ: Mapping[str, str] | None = None) -> Path:
     environ = os.environ if environ is None else environ
     if environ.get("HF_HUB_CACHE"):
         return Path(environ["HF_HUB_CACHE"])
-    home = environ.get("HF_HOME") or str(Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface")
+    home = environ.get("HF_HOME") or str(cache_home(environ) / "huggingface")
     return Path(home) / "hub"
 
 

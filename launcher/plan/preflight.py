@@ -39,9 +39,6 @@ def fitting_utilization(device: GpuDevice) -> float:
     return max(0.0, math.floor((device.free_bytes - FREE_MARGIN) / total * 100) / 100)
 
 
-# --------------------------------------------------------------------------- evaluation
-
-
 def evaluate(profile: Profile, inventory: GpuInventory, *, host: HostFacts, capacity: CapacityPlan | None = None,
              version: VersionSemantics) -> PreflightResult:
     """Every check for launching `profile` on `inventory`. Pure: no I/O."""

@@ -29,7 +29,7 @@ from launcher.plan.capacity import CapacityPlan, capacity_for, capacity_inputs
 from launcher.plan.hostfacts import HostFacts, host_facts
 from launcher.plan.preflight import evaluate, evaluate_inventory
 from launcher.plan.problems import PreflightResult, Problem
-from launcher.statedir import state_root
+from launcher.statedir import cache_dir, state_root
 from launcher.vllm import command, install
 from launcher.vllm.command import Plan
 from launcher.vllm.diagnose import diagnose_lines
@@ -154,7 +154,7 @@ def run_plan(request: PlanRequest, environ: Mapping[str, str] | None = None) -> 
     version, version_source, installed = resolve_version(request.vllm_version, vllm_path)
     same = installed is not None and (request.vllm_version is None
                                       or semantics(installed).key == version.key)
-    catalog = install.catalog_for(vllm_path if same else None, installed, install.cache_dir(environ))
+    catalog = install.catalog_for(vllm_path if same else None, installed, cache_dir(environ))
     flags.check_profile_flags(prof, catalog)
     warnings: list[str] = []
     if catalog.source == "shipped":

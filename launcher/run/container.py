@@ -33,12 +33,13 @@ from typing import Any
 
 import structlog
 
-from launcher.errors import EX_CONFIG, UsageError
+from launcher.errors import EXIT_CODES, LauncherError, Outcome, UsageError
+from launcher.run.retry import Backoff
 
 log = structlog.get_logger("vllm_launch")
 
 REPEAT_S = 60.0  # how often a pod that stays up repeats why
-RETRY_S = (60.0, 900.0)  # the backoff between tries after a failure a later try may fix
+RETRY = Backoff(60.0, 900.0)  # between tries after a failure a later try may fix
 WORKSPACE = Path("/workspace")
 MAX_CONNECTIONS = 32  # the page's handler threads at most
 READ_TIMEOUT_S = 5.0  # how long a connection may take to send its request (and each read or write after)
@@ -74,11 +75,23 @@ def cache_environment(environ: Mapping[str, str], workspace: Path = WORKSPACE) -
 @dataclass(frozen=True, slots=True)
 class Failure:
     message: str
-    exit_code: int
+    outcome: Outcome
+
+    @classmethod
+    def of(cls, exc: Exception) -> Failure:
+        """The launcher's own errors say what they mean; anything else is a bug, on one line, tried again."""
+        if isinstance(exc, LauncherError):
+            return cls(str(exc), exc.outcome)
+        return cls(f"{type(exc).__name__}: {' '.join(str(exc).split())}", Outcome.FAILED)
 
     @property
     def permanent(self) -> bool:
-        return self.exit_code == EX_CONFIG
+        return self.outcome is Outcome.CONFIG
+
+    @property
+    def exit_code(self) -> int:
+        """The code the launcher would exit with, for the log line (the pod's launcher does not exit)."""
+        return EXIT_CODES[self.outcome]
 
     def page(self) -> str:
         what = "can never work as configured" if self.permanent else "failed; the launcher will try again"

@@ -28,7 +28,7 @@ from launcher.run import container, ladder, logs, metrics, prelaunch, serving, s
 from launcher.run.session import Installed, RunConfig, Session, Stopped, describe_overrides
 from launcher.run.supervisor import Kind
 from launcher.runstate import Decision, Phase
-from launcher.statedir import ensure_state_dirs, ensure_writable_dir
+from launcher.statedir import cache_dir, ensure_state_dirs, ensure_writable_dir
 from launcher.vllm import install
 from launcher.vllm.versions import semantics
 
@@ -185,7 +185,7 @@ def _prepare(session: Session, directory: Path) -> dict[str, FlagValue | None]:
     vllm_bin = install.find_vllm(prof.launcher.vllm_bin, session.environ)
     # Each probe below can take many seconds (vLLM imports torch): a SIGTERM ends it and the run at once.
     version = install.installed_version(vllm_bin, run=session.run_command)
-    catalog = install.catalog_for(vllm_bin, version, install.cache_dir(session.environ), run=session.run_command)
+    catalog = install.catalog_for(vllm_bin, version, cache_dir(session.environ), run=session.run_command)
     session.check_stop()
     flags.check_profile_flags(prof, catalog)
     session.installed = Installed(str(vllm_bin), semantics(version), catalog, keys)
@@ -281,7 +281,7 @@ def _up_in_container(profile_path: str | None, sets: tuple[str, ...], inventory_
     """Never crash-loop a pod: a failure keeps the launcher up with a page that says why (run/container.py)."""
     path, all_sets = container.arguments(profile_path, sets, os.environ)
     os.environ.update(container.cache_environment(os.environ))
-    delay = container.RETRY_S[0]
+    failures = 0  # in a row, each a failure a later try may fix
     with stop_on_signals() as (stop, reload):
         while True:
             host, port = None, None
@@ -294,9 +294,9 @@ def _up_in_container(profile_path: str | None, sets: tuple[str, ...], inventory_
             except Exception as exc:  # a pod never crash-loops: even a bug shows on the page, then retries
                 if stop.is_set():
                     return EX_OK
-                failure = (container.Failure(str(exc), exc.exit_code) if isinstance(exc, LauncherError) else
-                           container.Failure(f"{type(exc).__name__}: {' '.join(str(exc).split())}", 1))
+                failure = container.Failure.of(exc)
                 page_host, page_port = container.page_address(host, port, os.environ)
-                if container.stay_up(failure, stop, page_host, page_port, None if failure.permanent else delay):
+                failures += 1
+                wait_s = None if failure.permanent else container.RETRY.delay(failures)
+                if container.stay_up(failure, stop, page_host, page_port, wait_s):
                     return EX_OK
-                delay = min(delay * 2, container.RETRY_S[1])

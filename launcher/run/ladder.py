@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from launcher.config.profile import FP8_KV_DTYPES, FlagValue, Profile, parse_max_model_len
-from launcher.errors import EX_CONFIG, EX_TEMPFAIL
+from launcher.errors import EXIT_CODES, Outcome
 from launcher.vllm.command import Overrides, effective_flags
 from launcher.vllm.diagnose import DEFAULT_BLOCK_SIZE, Diagnosis
 from launcher.vllm.signatures import (
@@ -47,18 +47,19 @@ class Step:
 
 
 class Stop(Exception):
-    """This failure cannot be fixed by another attempt."""
+    """This failure cannot be fixed by another attempt: the profile must change."""
 
-    def __init__(self, message: str, exit_code: int = EX_CONFIG) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+    outcome = Outcome.CONFIG
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.outcome]
 
 
 class Exhausted(Stop):
-    """Every rung the profile allows for this failure has been tried."""
+    """Every rung the profile allows for this failure has been tried: a later start may still work."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message, EX_TEMPFAIL)
+    outcome = Outcome.TEMPFAIL
 
 
 def block_size(flags: Mapping[str, FlagValue]) -> int:

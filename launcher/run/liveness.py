@@ -20,9 +20,9 @@ from types import MappingProxyType
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from launcher.vllm.prometheus import RUNNING, WAITING
+
 # The series vLLM serves (V0 and V1 alike); one value per engine and model, summed here.
-RUNNING = "vllm:num_requests_running"
-WAITING = "vllm:num_requests_waiting"
 GENERATED = "vllm:generation_tokens"  # a counter: the parser names its samples vllm:generation_tokens_total
 _WANTED = frozenset({RUNNING, WAITING, GENERATED})
 _SAMPLES = frozenset({RUNNING, WAITING, f"{GENERATED}_total"})

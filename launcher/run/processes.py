@@ -17,7 +17,7 @@ from typing import Any
 
 import psutil
 
-from launcher.procstat import stat_fields
+from launcher.procstat import alive, stat_fields
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -75,7 +75,7 @@ def adopted(leader: int, since: float) -> list[psutil.Process]:
         if proc.pid == leader:
             continue
         with contextlib.suppress(psutil.Error):
-            if proc.status() != psutil.STATUS_ZOMBIE and start_time(proc) >= since:
+            if alive(proc.pid) and start_time(proc) >= since:
                 found += [proc, *proc.children(recursive=True)]
     return found
 
@@ -83,9 +83,9 @@ def adopted(leader: int, since: float) -> list[psutil.Process]:
 def in_session(sid: int) -> list[psutil.Process]:
     """Every live process of the child's session (its group leader started it with setsid)."""
     found = []
-    for proc in psutil.process_iter(["pid", "status"]):
+    for proc in psutil.process_iter(["pid"]):
         try:
-            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getsid(proc.pid) == sid:
+            if alive(proc.pid) and os.getsid(proc.pid) == sid:
                 found.append(proc)
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
@@ -136,15 +136,13 @@ def name_of(proc: psutil.Process) -> str:
 
 def live_processes(pids: Iterable[int]) -> list[psutil.Process]:
     """The processes with these PIDs that are alive now (a zombie is not)."""
-    alive = []
+    found = []
     for pid in pids:
-        try:
-            proc = psutil.Process(pid)
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                alive.append(proc)
-        except psutil.Error:
+        if not alive(pid):
             continue
-    return alive
+        with contextlib.suppress(psutil.Error):
+            found.append(psutil.Process(pid))
+    return found
 
 
 def kill_processes(procs: list[psutil.Process], grace_s: float = 5.0) -> list[str]:

@@ -14,6 +14,7 @@ from launcher.errors import LadderExhausted
 from launcher.run import health
 from launcher.run.liveness import Verdict, Work, judge, parse_work
 from launcher.run.logpump import EOF
+from launcher.run.retry import Backoff
 from launcher.run.session import Session, Stopped
 from launcher.run.supervisor import FAILED_ATTEMPT_GRACE_S, Child, Kind, Outcome, outcome
 from launcher.runstate import Decision, Phase
@@ -218,7 +219,7 @@ def restart_or_give_up(session: Session, outcome: Outcome) -> None:
         raise LadderExhausted(f"the engine died {len(session.restarts)} times within "
                               f"{format_duration(policy.window_s)} (launcher.restart.max {policy.max_restarts}); "
                               f"last: {outcome.detail}")
-    delay = min(policy.backoff_max_s, policy.backoff_min_s * 2 ** (len(session.restarts) - 1))
+    delay = Backoff(policy.backoff_min_s, policy.backoff_max_s).delay(len(session.restarts))
     session.store.update(phase=Phase.RESTARTING)
     session.notify(STATUS=f"engine died; restarting in {delay:.0f}s ({len(session.restarts)}/{policy.max_restarts})")
     log.info("restart.backoff", seconds=delay, restarts=len(session.restarts))

@@ -22,6 +22,7 @@ from launcher.plan import calibration
 from launcher.run import gpurelease, health, ladder, logs, progress, state, supervisor
 from launcher.run.logpump import RotatingFile
 from launcher.run.readiness import ReadyCheck, capacity_gate, wait_ready
+from launcher.run.retry import Backoff
 from launcher.run.session import Attempt, Ready, Session, Stopped
 from launcher.run.supervisor import Kind
 from launcher.runstate import Capacity, Decision, Phase
@@ -45,12 +46,9 @@ def start(session: Session, overrides: dict[str, FlagValue | None]) -> Ready:
     prof = session.profile
     tried: list[Mapping[str, FlagValue | None]] = []
 
-    def wait(retry_state: RetryCallState) -> float:
-        """No wait after a change the ladder made; exponential backoff when the same flags are retried."""
-        if session.same_flags_retries == 0:
-            return 0.0
-        policy = prof.launcher.restart
-        return float(min(policy.backoff_max_s, policy.backoff_min_s * 2 ** (session.same_flags_retries - 1)))
+    policy = prof.launcher.restart
+    # No wait after a change the ladder made (it resets the count); backoff when the same flags are retried.
+    wait = Backoff(policy.backoff_min_s, policy.backoff_max_s).wait(lambda: session.same_flags_retries)
 
     def sleep(seconds: float) -> None:
         session.wait(seconds)  # a signal ends the backoff at once; the watchdog is pinged meanwhile
@@ -90,7 +88,7 @@ def start(session: Session, overrides: dict[str, FlagValue | None]) -> Ready:
         if session.stop.is_set():
             raise Stopped from None
         summary = session.attempts_summary()
-        if stop.exit_code == LadderExhausted.exit_code:
+        if isinstance(stop, ladder.Exhausted):
             raise LadderExhausted(f"{stop} — attempts: {summary}") from None
         raise ConfigError(f"{stop} — attempts: {summary}") from None
     except AttemptFailed:

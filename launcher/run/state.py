@@ -19,10 +19,12 @@ from typing import Any
 import structlog
 
 from launcher.errors import EX_OK, ConfigError, TransientFailure
+from launcher.procstat import alive
 from launcher.run import locks
 from launcher.run.locks import acquire_lock, held_locks, lock_holder, release_lock
 from launcher.runstate import FINAL_PHASES, Decision, Phase, State, read_state
 from launcher.statedir import check_private_dir, read_json, state_root, write_json_atomic
+from launcher.vllm import prometheus
 
 __all__ = ["StateStore", "acquire_lock", "held_locks", "lock_holder", "read_json", "release_lock", "state_root",
            "write_json_atomic"]
@@ -80,9 +82,6 @@ class StateStore:
         self.update()
 
 
-# --------------------------------------------------------------------------- last-known-good
-
-
 def lkg_key(profile_digest: str, gpu_model: str, gpu_count: int, driver: str | None, vllm_version: str | None) -> str:
     return "|".join([profile_digest, gpu_model, str(gpu_count), driver or "-", vllm_version or "-"])
 
@@ -101,9 +100,6 @@ def save_lkg(directory: Path, key: str, record: Mapping[str, Any]) -> None:
     write_json_atomic(path, records)
 
 
-# --------------------------------------------------------------------------- status and down
-
-
 def _profile_dirs(profile: str | None, environ: Mapping[str, str] | None = None) -> list[Path]:
     root = state_root(environ)
     if profile:
@@ -115,15 +111,8 @@ def _profile_dirs(profile: str | None, environ: Mapping[str, str] | None = None)
 
 
 def _alive(pid: object) -> bool:
-    """A live process (a zombie that only waits to be reaped by its parent does not count)."""
-    import psutil
-
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.Error:
-        return False
+    """A live process, from a state file's `pid` (which may be anything)."""
+    return isinstance(pid, int) and alive(pid)
 
 
 def status_command(profile: str | None, as_json: bool = False, environ: Mapping[str, str] | None = None) -> int:
@@ -170,7 +159,7 @@ def _status_text(data: Mapping[str, Any]) -> str:
                      f"sessions of {cap.max_model_len:,}")
     live = data.get("live") or {}
     if live:
-        usage = live.get("vllm:kv_cache_usage_perc", live.get("vllm:gpu_cache_usage_perc"))
+        usage = prometheus.first(live, prometheus.KV_USAGE)
         lines.append(f"  live       KV usage {usage * 100:.1f} %, running {live.get('vllm:num_requests_running', 0):.0f}, "
                      f"waiting {live.get('vllm:num_requests_waiting', 0):.0f}" if usage is not None else f"  live {live}")
     warnings = data.get("warnings")

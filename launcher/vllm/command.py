@@ -38,10 +38,6 @@ class Plan(FlagViews):
     def health_url(self) -> str:
         return f"{self.base_url}/health"
 
-    @property
-    def models_url(self) -> str:
-        return f"{self.base_url}/v1/models"
-
     def _flags(self) -> Mapping[str, FlagValue]:
         return self.flags
 

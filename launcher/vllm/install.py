@@ -69,15 +69,6 @@ def _shebang_python(path: Path) -> str | None:
     return parts[0] if parts else None
 
 
-def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """systemd's CacheDirectory=, else $XDG_CACHE_HOME/vllm-launch, else ~/.cache/vllm-launch."""
-    environ = os.environ if environ is None else environ
-    if environ.get("CACHE_DIRECTORY"):
-        return Path(environ["CACHE_DIRECTORY"].split(":")[0])
-    base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "vllm-launch"
-
-
 def installed_catalog(vllm_bin: Path, version: str, cache: Path, run: Runner = subprocess.run) -> FlagCatalog | None:
     """Flags from `vllm serve --help=all`, cached per version; None if the help cannot be read."""
     cached = cache / f"vllm-flags-{_safe(version)}.json"

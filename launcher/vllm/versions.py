@@ -43,15 +43,6 @@ class VersionSemantics:
         return 0.92 if self.at_least("0.20.0") else 0.9
 
     @property
-    def budget_rule(self) -> str:
-        """instance: util × total for this process (≥0.9, checked against free memory at start);
-        device: util × total minus everything on the device (V1 0.8.x);
-        v0: util × total minus this process's weights, activations and non-torch memory."""
-        if self.at_least("0.9.0"):
-            return "instance"
-        return "device" if self.engine == "v1" else "v0"
-
-    @property
     def checks_free_memory_at_start(self) -> bool:
         return self.at_least("0.9.0")
 
@@ -59,14 +50,6 @@ class VersionSemantics:
     def cudagraphs_in_budget(self) -> bool:
         """From 0.20 the CUDA-graph estimate is subtracted from the KV budget (enforce-eager frees it)."""
         return self.at_least("0.20.0")
-
-    @property
-    def sampler_sorts(self) -> bool:
-        """Does the profiling pass's sampler sort the vocabulary (PyTorch's top-k/top-p)? Assumed always:
-        V0 did, and V1 does except 0.8–0.11.0 with FlashInfer installed (VLLM_USE_FLASHINFER_SAMPLER unset
-        meant on there; from 0.11.1 FlashInfer is opt-in, and 0.32 warms both paths). Where it did not
-        sort, the estimate is low by the sort's share (max_num_seqs × vocabulary × 30 B)."""
-        return True
 
     @property
     def bounds_profiling_splits(self) -> bool:
@@ -77,10 +60,6 @@ class VersionSemantics:
     @property
     def reserves_null_block(self) -> bool:
         return self.at_least("0.29.0")
-
-    @property
-    def supports_auto_max_model_len(self) -> bool:
-        return self.at_least("0.14.0")
 
     def default_batching(self, total_gib: float, gpu_name: str) -> tuple[int, int]:
         """(max_num_seqs, max_num_batched_tokens) vLLM picks when the profile does not."""

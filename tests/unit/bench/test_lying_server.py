@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from launcher.bench import command, runner, scrape
+from launcher import cli
+from launcher.bench import runner, scrape
 from launcher.bench.client import Server, ServerError
 from launcher.bench.workload import Settings
 from tests.integration.harness import free_port
@@ -180,14 +181,14 @@ def test_duration_ends_a_run_whose_streams_never_end(liar: LyingServer, monkeypa
     """--duration 0.5 against endless streams: the run ends, and the cut requests are counted as failed."""
     liar.mode = "endless"
     monkeypatch.setattr(runner, "DRAIN_S", 0.5, raising=False)
-    assert 0 == command.main(url_of(liar), replace(SMALL, duration_s=0.5), as_json=True, environ={"VLLM_API_KEY": KEY})
+    assert 0 == cli.bench_main(url_of(liar), replace(SMALL, duration_s=0.5), as_json=True, environ={"VLLM_API_KEY": KEY})
     requests = json.loads(capsys.readouterr().out)["requests"]
     assert requests["completed"] == 0 and requests["errors"] == {"deadline": SMALL.users}
 
 
 def test_nan_and_inf_in_metrics_leave_json_valid(liar: LyingServer, capsys: pytest.CaptureFixture[str]) -> None:
     liar.mode = "nan_metrics"
-    assert 0 == command.main(url_of(liar), SMALL, as_json=True, environ={"VLLM_API_KEY": KEY})
+    assert 0 == cli.bench_main(url_of(liar), SMALL, as_json=True, environ={"VLLM_API_KEY": KEY})
 
     def no_constant(name: str) -> object:
         raise AssertionError(f"{name} is not JSON")
@@ -207,7 +208,7 @@ def test_a_user_thread_that_dies_fails_the_run(liar: LyingServer, monkeypatch: p
         return real(self, model, messages, **kwargs)
 
     monkeypatch.setattr(Server, "chat", dies_for_user_1)
-    code = command.main(url_of(liar), SMALL, as_json=True, environ={"VLLM_API_KEY": KEY})
+    code = cli.bench_main(url_of(liar), SMALL, as_json=True, environ={"VLLM_API_KEY": KEY})
     captured = capsys.readouterr()
     assert code != 0 and captured.out == ""
     assert len(captured.err.strip().splitlines()) == 1
@@ -247,7 +248,7 @@ def test_ctrl_c_before_the_measured_run_says_nothing_was_measured(liar: LyingSer
         raise KeyboardInterrupt
 
     monkeypatch.setattr(Server, "chat", interrupted)
-    code = command.main(url_of(liar), replace(SMALL, warmup=1), as_json=True, environ={"VLLM_API_KEY": KEY})
+    code = cli.bench_main(url_of(liar), replace(SMALL, warmup=1), as_json=True, environ={"VLLM_API_KEY": KEY})
     captured = capsys.readouterr()
     assert (130, "") == (code, captured.out)
     assert "nothing was measured" in captured.err and len(captured.err.strip().splitlines()) == 1

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from launcher.errors import UsageError
+from launcher.errors import Outcome, UsageError
 from launcher.run import container, daemon
 from tests.integration.harness import free_port, poll_for
 
@@ -47,8 +47,8 @@ def test_container_mode_is_detected() -> None:
 
 
 def test_the_page_names_the_failure_and_the_fix() -> None:
-    permanent = container.Failure("vLLM has no tool-call-parser 'hermes'", 78)
-    later = container.Failure("no attempt became ready", 75)
+    permanent = container.Failure("vLLM has no tool-call-parser 'hermes'", Outcome.CONFIG)
+    later = container.Failure("no attempt became ready", Outcome.TEMPFAIL)
     assert "can never work as configured" in permanent.page() and "hermes" in permanent.page()
     assert "will try again" in later.page() and not later.permanent
 
@@ -153,7 +153,7 @@ def test_a_flood_of_half_sent_requests_cannot_take_the_page_down() -> None:
     held connection is closed by the server (dropped at the cap or timed out), never held forever."""
     port, limit = free_port(), 4
     before = threading.active_count()
-    page = container.StatusPage("127.0.0.1", port, container.Failure("bad profile", 78), limit=limit, timeout_s=1.0)
+    page = container.StatusPage("127.0.0.1", port, container.Failure("bad profile", Outcome.CONFIG), limit=limit, timeout_s=1.0)
     held: list[socket.socket] = []
     try:
         for _ in range(limit * 3):
@@ -171,7 +171,7 @@ def test_a_connection_below_the_cap_is_closed_by_the_read_timeout() -> None:
     """Below the cap nothing is dropped to make room: the timeout alone ends a request that never comes,
     also one that trickles in a byte at a time (each byte within the timeout, the whole far beyond it)."""
     port = free_port()
-    page = container.StatusPage("127.0.0.1", port, container.Failure("bad profile", 78), limit=8, timeout_s=1.0)
+    page = container.StatusPage("127.0.0.1", port, container.Failure("bad profile", Outcome.CONFIG), limit=8, timeout_s=1.0)
     try:
         idle = _half_sent(port)
         assert _closed_by_server(idle)

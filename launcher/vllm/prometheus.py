@@ -1,0 +1,43 @@
+"""vLLM's Prometheus series: their names across versions, and one tolerant reading of a /metrics text.
+
+The text comes from a server the launcher does not control: prometheus_client's parser reads it, one
+wanted line at a time, so a junk line costs only itself, and a value that is not a finite number
+(NaN, ±Inf) is no figure to add up.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+
+from prometheus_client.parser import text_string_to_metric_families
+
+# The KV-cache usage gauge (0-1); vLLM renamed it, the newest name first.
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+# The requests each engine runs and holds in its queue (V0 and V1 alike).
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+
+
+def sums(text: str, wanted: Collection[str]) -> dict[str, float]:
+    """The sum of the finite samples of each sample name that starts with a wanted name (labels dropped:
+    one model per server). Only the lines that start with a wanted name are parsed: the benchmark reads
+    /metrics beside the requests it measures and must hold the GIL briefly."""
+    prefixes = tuple(wanted)
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith(prefixes):
+            continue
+        try:
+            samples = [sample for family in text_string_to_metric_families(line) for sample in family.samples]
+        except (ValueError, TypeError, IndexError, KeyError, RecursionError):
+            continue  # not a sample line
+        for sample in samples:
+            if math.isfinite(sample.value):
+                found[sample.name] = found.get(sample.name, 0.0) + sample.value
+    return found
+
+
+def first(values: Mapping[str, float], names: Collection[str]) -> float | None:
+    """The value of the first of `names` present: a series vLLM renamed, newest name first."""
+    return next((values[n] for n in names if n in values), None)
