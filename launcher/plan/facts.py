@@ -37,13 +37,16 @@ ProbeFactory = Callable[[Mapping[str, str] | None], GpuProbe | None]
 
 
 def gpu_probe(inventory_path: str | None, environ: Mapping[str, str],
-              probe_factory: ProbeFactory = detect) -> GpuProbe | None:
-    """Where the GPUs are read from: the --gpu-inventory file, else NVML or nvidia-smi (None: neither answers)."""
-    return FakeProbe(inventory_path, environ) if inventory_path else probe_factory(environ)
+              probe_factory: ProbeFactory | None = None) -> GpuProbe | None:
+    """Where the GPUs are read from: the --gpu-inventory file, else NVML or nvidia-smi (`detect`, unless a
+    caller brings its own factory); None: neither answers."""
+    if inventory_path:
+        return FakeProbe(inventory_path, environ)
+    return (probe_factory or detect)(environ)
 
 
 def read_inventory(inventory_path: str | None, environ: Mapping[str, str],
-                   probe_factory: ProbeFactory = detect) -> GpuInventory:
+                   probe_factory: ProbeFactory | None = None) -> GpuInventory:
     """The GPUs as `gpu_probe` reads them; when neither probe answers, an inventory whose error is NO_GPU."""
     probe = gpu_probe(inventory_path, environ, probe_factory)
     return probe.read() if probe is not None else GpuInventory(source="none", error=NO_GPU)
