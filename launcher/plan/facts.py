@@ -85,7 +85,8 @@ def gather(profile: Profile, plan: Plan, inventory: GpuInventory | None, *, vers
     try:
         estimate = capacity_for(profile, plan, gpu, version, files, weights_gib)
     except NO_ESTIMATE as exc:
-        return Facts(inventory, gpu, files, None, None, f"{profile.model}: {exc}")
+        reason = str(exc) if isinstance(exc, ConfigError) else f"{profile.model}: config.json cannot be sized ({exc})"
+        return Facts(inventory, gpu, files, None, None, reason)
     facts = Facts(inventory, gpu, files, estimate, estimate)
     return calibrated(facts, profile, plan, version, weights_gib=weights_gib, records=records, from_log=from_log)
 

@@ -70,7 +70,11 @@ def test_a_config_the_estimator_cannot_size_is_a_reason_not_a_traceback(tmp_path
                                                    "num_attention_heads": 0}))
     found = gathered(loads(f"model: {model}\nvllm: {{host: 127.0.0.1}}\n"), L40S, tmp_path)
     assert found.files is not None and found.capacity is None
-    assert found.no_estimate is not None and found.no_estimate.startswith(f"{model}: ")
+    assert found.no_estimate is not None and found.no_estimate.startswith(f"{model}: config.json cannot be sized (")
+    (model / "config.json").write_text(json.dumps({"hidden_size": 64}))
+    lacking = gathered(loads(f"model: {model}\nvllm: {{host: 127.0.0.1}}\n"), L40S, tmp_path)
+    assert lacking.no_estimate == f"{model}: config.json lacks 'num_hidden_layers' (hidden_size, num_hidden_layers, " \
+        "num_attention_heads are needed); pass the model's real config with --model-config"
 
 
 def test_without_a_usable_gpu_there_is_no_estimate_and_no_reason_of_its_own(tmp_path: Path) -> None:
