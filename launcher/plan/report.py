@@ -22,17 +22,15 @@ from launcher.errors import ConfigError, UsageError, VllmNotFound
 from launcher.gpu.catalog import GpuSpec, parse_gpu_spec
 from launcher.gpu.detect import detect
 from launcher.gpu.inventory import GpuInventory, GpuProbe
-from launcher.gpu.inventory_file import FakeProbe
-from launcher.gpu.match import gpu_spec, host_gpu, inventory_from_spec
-from launcher.plan import calibration, modelinfo
-from launcher.plan.capacity import CapacityPlan, capacity_for, capacity_inputs
+from launcher.gpu.match import inventory_from_spec
+from launcher.plan.capacity import CapacityPlan
+from launcher.plan.facts import NO_GPU, Facts, calibrated, gather, no_gpu, read_inventory
 from launcher.plan.hostfacts import HostFacts, host_facts
 from launcher.plan.preflight import evaluate, evaluate_inventory
 from launcher.plan.problems import PreflightResult, Problem
 from launcher.statedir import cache_dir, state_root
 from launcher.vllm import command, install
 from launcher.vllm.command import Plan
-from launcher.vllm.diagnose import diagnose_lines
 from launcher.vllm.install import resolve_version
 from launcher.vllm.versions import VersionSemantics, semantics
 
@@ -160,26 +158,18 @@ def run_plan(request: PlanRequest, environ: Mapping[str, str] | None = None) -> 
     if catalog.source == "shipped":
         warnings.append(f"flags checked against the list shipped for vLLM {catalog.version} (no installed vLLM found)")
 
-    inventory: GpuInventory | None = None
+    inventory: GpuInventory | None
     simulated = False
-    if request.gpu_inventory:
-        inventory = FakeProbe(request.gpu_inventory, environ).read()
-    elif request.gpu:
+    if request.gpu and not request.gpu_inventory:
         inventory, simulated = inventory_from_spec(parse_gpu_spec(request.gpu)), True
-    elif prof.launcher.device != "cpu":
-        probe = detect(environ)
-        if probe is None:
-            raise UsageError("no GPU on this machine (no NVML, no nvidia-smi): pass --gpu NAME (e.g. --gpu l40s, "
-                             "\"a100-80gb x2\") or --gpu-inventory FILE to plan for one")
-        inventory = probe.read()
+    elif request.gpu_inventory or prof.launcher.device != "cpu":
+        inventory = read_inventory(request.gpu_inventory, environ)
+        if no_gpu(inventory):
+            raise UsageError(f"{NO_GPU}: pass --gpu NAME (e.g. --gpu l40s, \"a100-80gb x2\") or --gpu-inventory "
+                             "FILE to plan for one")
+    else:
+        inventory = None
 
-    try:
-        # The model is looked up where vLLM will look: with the profile's env (its HF_HOME) applied.
-        files: modelinfo.ModelFiles | None = modelinfo.find_model(prof.model, request.model_config,
-                                                                  {**environ, **prof.env})
-    except ConfigError as exc:
-        files = None
-        warnings.append(f"no capacity estimate: {exc}")
     vllm_bin = str(vllm_path) if vllm_path else (prof.launcher.vllm_bin or "vllm")
     overrides: dict[str, FlagValue | None] = {}
     where = None if prof.nodes is None else placement(prof.nodes, prof.source, request.node_rank, environ,
@@ -187,21 +177,28 @@ def run_plan(request: PlanRequest, environ: Mapping[str, str] | None = None) -> 
     if where is None and request.node_rank is not None:
         raise UsageError("--node-rank needs a profile with a nodes: section")
     plan = command.build_plan(prof, overrides, vllm_bin=vllm_bin, catalog=catalog, placement=where)
-    gpu = host_gpu(environ) if inventory is None else gpu_spec(inventory, prof.gpus_needed)
-    cap = capacity_for(prof, plan, gpu, version, files, request.weights_gib) if files and gpu else None
+
+    def gathered(plan: Plan) -> Facts:
+        return gather(prof, plan, inventory, version=version, environ=environ, model_config=request.model_config,
+                      weights_gib=request.weights_gib)
+
+    facts = gathered(plan)
+    if facts.no_estimate:
+        warnings.append(f"no capacity estimate: {facts.no_estimate}")
     problems: tuple[Any, ...] = ()
     changes: tuple[str, ...] = ()
     if inventory is not None:
         host = HostFacts.none() if simulated else host_facts(prof, environ=environ)
-        result = evaluate(prof, inventory, host=host, capacity=cap, version=version)
+        result = evaluate(prof, inventory, host=host, capacity=facts.estimate, version=version)
         problems, changes = result.problems, result.changes
         if result.overrides:
             overrides.update(result.overrides)
             plan = command.build_plan(prof, overrides, vllm_bin=vllm_bin, catalog=catalog, placement=where)
-            cap = capacity_for(prof, plan, gpu, version, files, request.weights_gib) if files and gpu else None
-    if cap is not None and files is not None and gpu is not None and gpu.source != "host":
-        cap = _calibrated(prof, plan, gpu, version, files, request, cap, environ,
-                          inventory.driver_version if inventory is not None and not simulated else None)
+            facts = gathered(plan)
+    # What a start-up measured replaces the estimate for the plan the checks led to.
+    facts = calibrated(facts, prof, plan, version, weights_gib=request.weights_gib,
+                       records=state_root(environ) / prof.name, from_log=request.from_log)
+    cap, files, gpu = facts.capacity, facts.files, facts.gpu
     required = prof.launcher.require.min_sessions
     if cap is not None and required is not None and cap.sessions < required:
         warnings.append(f"the estimate gives {cap.sessions:.2f} sessions of {cap.max_model_len:,}, below "
@@ -213,31 +210,6 @@ def run_plan(request: PlanRequest, environ: Mapping[str, str] | None = None) -> 
                       problems=problems, warnings=tuple(warnings), placement=where)
 
 
-def _calibrated(prof: Profile, plan: Plan, gpu: GpuSpec, version: VersionSemantics, files: modelinfo.ModelFiles,
-                request: PlanRequest, cap: CapacityPlan, environ: Mapping[str, str], driver: str | None) -> CapacityPlan:
-    """The estimate replaced by what a real start-up measured: an existing log, or this box's records."""
-    inputs = capacity_inputs(prof, plan, gpu, version, files, request.weights_gib)
-    record_key = calibration.key(gpu.model.name, gpu.count, version.version, prof.model, plan.flags)
-    if request.from_log:
-        try:
-            with open(request.from_log, encoding="utf-8", errors="replace") as handle:
-                numbers = diagnose_lines(handle).numbers
-        except OSError as exc:
-            raise UsageError(f"--from-log {request.from_log}: cannot read it ({exc.strerror})") from None
-        record = calibration.measured(numbers, record_key=record_key, vllm_version=version.version,
-                                      utilization=inputs.utilization, max_model_len=inputs.max_model_len,
-                                      source=request.from_log)
-        if record is None:
-            raise UsageError(f"--from-log {request.from_log}: the log holds no 'Available KV cache memory' and "
-                             "'KV cache size' lines (vLLM prints them once the engine sized its cache); pass the "
-                             "log of a start-up that got that far")
-    else:
-        record = calibration.matching(calibration.load(state_root(environ) / prof.name).values(), record_key, driver)
-        if record is None:
-            return cap
-    return calibration.predict(inputs, record, cap)
-
-
 def run_preflight(profile_path: str | None, *, sets: Sequence[str] = (), inventory_path: str | None = None,
                 environ: Mapping[str, str] | None = None,
                 probe_factory: Callable[[Mapping[str, str] | None], GpuProbe | None] = detect,
@@ -245,35 +217,19 @@ def run_preflight(profile_path: str | None, *, sets: Sequence[str] = (), invento
     """`vllm-launch preflight [PROFILE] [--gpu-inventory FILE]`: read the GPUs and the host, then evaluate."""
     environ = os.environ if environ is None else environ
     prof = load(profile_path, sets) if profile_path else None
-    if inventory_path:
-        inventory = FakeProbe(inventory_path, environ).read()
-    elif prof is not None and prof.launcher.device == "cpu":
+    if prof is not None and prof.launcher.device == "cpu" and not inventory_path:
         inventory = GpuInventory(source="none", notes=("launcher.device: cpu: the GPUs are not probed",))
     else:
-        probe = probe_factory(environ)
-        inventory = probe.read() if probe is not None else GpuInventory(
-            source="none", error="no NVIDIA driver: neither NVML (nvidia-ml-py) nor nvidia-smi answers on this machine")
+        inventory = read_inventory(inventory_path, environ, probe_factory)
     host = host_facts(prof, environ=environ, state_pids=state_pids)
     if prof is None:
         return evaluate_inventory(inventory, host)
-    version, capacity = _capacity(prof, inventory, environ)
-    return evaluate(prof, inventory, host=host, capacity=capacity, version=version)
-
-
-def _capacity(prof: Profile, inventory: GpuInventory,
-              environ: Mapping[str, str]) -> tuple[VersionSemantics, CapacityPlan | None]:
-    """The installed vLLM's semantics and the capacity plan, when the model's config can be found."""
     try:
         vllm_path = install.find_vllm(prof.launcher.vllm_bin, environ)
     except ConfigError:
         vllm_path = None
     version, _, _ = resolve_version(None, vllm_path)
-    gpu = host_gpu(environ) if prof.launcher.device == "cpu" else gpu_spec(inventory, prof.gpus_needed)
-    if gpu is None:
-        return version, None
-    try:
-        files = modelinfo.find_model(prof.model, None, {**environ, **prof.env})
-        plan = command.build_plan(prof)
-        return version, capacity_for(prof, plan, gpu, version, files, None)
-    except (ConfigError, ValueError, ZeroDivisionError):
-        return version, None
+    # The CPU backend is sized on host memory, whatever inventory file was given.
+    facts = gather(prof, command.build_plan(prof), None if prof.launcher.device == "cpu" else inventory,
+                   version=version, environ=environ)
+    return evaluate(prof, inventory, host=host, capacity=facts.capacity, version=version)

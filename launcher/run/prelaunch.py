@@ -13,11 +13,9 @@ from typing import Any
 import structlog
 
 from launcher.config.profile import FlagValue, Profile
-from launcher.errors import ConfigError, LauncherError, PreflightError
-from launcher.gpu.inventory import GpuInventory, GpuProbe
-from launcher.gpu.match import gpu_spec, host_gpu
-from launcher.plan import calibration, modelinfo
-from launcher.plan.capacity import capacity_for, capacity_inputs
+from launcher.errors import ConfigError, PreflightError
+from launcher.gpu.inventory import GpuInventory
+from launcher.plan.facts import gather, read_inventory
 from launcher.plan.hostfacts import host_facts
 from launcher.plan.preflight import evaluate
 from launcher.plan.problems import Severity
@@ -56,30 +54,19 @@ def check_port(profile: Profile) -> None:
 def preflight(session: Session) -> tuple[dict[str, FlagValue | None], GpuIdentity]:
     """The overrides the first attempt starts with, and the GPU it runs on; raises when a launch is doomed."""
     prof = session.profile
-    probe: GpuProbe | None = None
-    if prof.launcher.device == "cpu":
-        inventory = GpuInventory(source="host")
-        gpu_id = GpuIdentity("cpu", 1, None)
-    else:
-        probe = session.probe()
-        inventory = probe.read() if probe is not None else GpuInventory(
-            source="none", error="no NVIDIA driver or GPU found (no NVML, no nvidia-smi)")
-        devices = inventory.visible_devices
-        gpu_id = GpuIdentity(devices[0].name if devices else "none", len(devices), inventory.driver_version)
-    cap = None
-    gpu = gpu_spec(inventory, prof.gpus_needed) if prof.launcher.device != "cpu" else host_gpu(session.environ)
-    with contextlib.suppress(LauncherError):
-        # vLLM runs with the profile's env: its HF_HOME decides where the model is cached.
-        files = modelinfo.find_model(prof.model, None, {**session.environ, **prof.env})
-        if gpu is not None:
-            plan = command.build_plan(prof, {}, vllm_bin=session.vllm.vllm_bin, catalog=session.vllm.catalog,
-                                      placement=session.config.placement)
-            cap = capacity_for(prof, plan, gpu, session.vllm.semantics, files, None)
-            record = calibration.matching(calibration.load(session.store.directory).values(), calibration.key(
-                gpu.model.name, gpu.count, session.vllm.semantics.version, prof.model, plan.flags), gpu_id.driver)
-            if record is not None and prof.launcher.device != "cpu":
-                inputs = capacity_inputs(prof, plan, gpu, session.vllm.semantics, files, None)
-                cap = calibration.predict(inputs, record, cap)
+    cpu = prof.launcher.device == "cpu"
+    inventory = GpuInventory(source="host") if cpu else read_inventory(session.config.inventory_path,
+                                                                        session.environ)
+    devices = inventory.visible_devices
+    gpu_id = GpuIdentity("cpu", 1, None) if cpu else GpuIdentity(devices[0].name if devices else "none",
+                                                                  len(devices), inventory.driver_version)
+    plan = command.build_plan(prof, {}, vllm_bin=session.vllm.vllm_bin, catalog=session.vllm.catalog,
+                              placement=session.config.placement)
+    facts = gather(prof, plan, None if cpu else inventory, version=session.vllm.semantics, environ=session.environ,
+                   records=session.store.directory)
+    if facts.no_estimate:
+        log.info("preflight.no_estimate", reason=facts.no_estimate)
+    cap = facts.capacity
     host = host_facts(prof, environ=session.environ)
     if host.leftovers:
         # Orphaned VLLM:: processes of ours hold memory: stop them, then read the GPU again.
@@ -89,10 +76,10 @@ def preflight(session: Session) -> tuple[dict[str, FlagValue | None], GpuIdentit
         if stuck:
             raise PreflightError(f"leftover processes cannot be stopped: {', '.join(stuck)} (a process stuck in "
                                  "the GPU driver needs a reboot)")
-        if prof.launcher.device != "cpu" and probe is not None:
-            inventory = probe.read()
+        if not cpu:
+            inventory = read_inventory(session.config.inventory_path, session.environ)
         host = host_facts(prof, environ=session.environ)
-    if prof.launcher.device != "cpu" and inventory.visible_devices:
+    if not cpu and inventory.visible_devices:
         session.gpu_baseline = gpurelease.baseline(inventory.visible_devices)
     result = evaluate(prof, inventory, host=host, capacity=cap, version=session.vllm.semantics)
     for problem in result.problems:

@@ -22,9 +22,8 @@ import structlog
 from launcher.config.flags import FlagCatalog
 from launcher.config.nodes import Placement
 from launcher.config.profile import FlagValue, Profile
-from launcher.gpu.detect import detect
 from launcher.gpu.inventory import GpuProbe
-from launcher.gpu.inventory_file import FakeProbe
+from launcher.plan.facts import gpu_probe
 from launcher.run import sdnotify, state, supervisor
 from launcher.run.gpurelease import Baseline
 from launcher.run.logpump import RotatingFile
@@ -257,9 +256,7 @@ class Session:
 
     def probe(self) -> GpuProbe | None:
         """The inventory file given with --gpu-inventory, else NVML or nvidia-smi (None: no GPU)."""
-        if self.config.inventory_path:
-            return FakeProbe(self.config.inventory_path, self.environ)
-        return detect(self.environ)
+        return gpu_probe(self.config.inventory_path, self.environ)
 
     def free_fraction(self) -> float | None:
         """Free memory of the fullest visible GPU, re-read before a ladder decision."""

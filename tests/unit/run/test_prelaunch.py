@@ -5,14 +5,20 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import psutil
 import pytest
+from structlog.testing import capture_logs
 
 from launcher.config.load import loads
 from launcher.errors import ConfigError, PreflightError
+from launcher.plan import facts
+from launcher.plan.hostfacts import HostFacts
 from launcher.run import prelaunch, processes
+from launcher.vllm.versions import semantics
 
 STATUS = """======== Autoscaler status: 2026-12-01 10:00:00 ========
 Node status
@@ -89,3 +95,33 @@ def test_an_earlier_runs_live_processes_are_stopped() -> None:
     finally:
         leftover.kill()
         leftover.wait()
+
+
+def up_session(tmp_path: Path, text: str) -> Any:
+    """What prelaunch.preflight reads of a session: the profile, the run's config, the installed vLLM, the store."""
+    return SimpleNamespace(profile=loads(text), environ={"PATH": "", "HF_HOME": str(tmp_path / "hf")},
+                           config=SimpleNamespace(inventory_path=None, placement=None),
+                           vllm=SimpleNamespace(vllm_bin="vllm", catalog=None, semantics=semantics("0.33.0")),
+                           store=SimpleNamespace(directory=tmp_path), gpu_baseline=None)
+
+
+def test_up_without_a_gpu_refuses_with_the_one_no_gpu_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither NVML nor nvidia-smi: `up` refuses in the words plan and preflight use (facts.NO_GPU); the model
+    that cannot be found is logged as the reason there is no estimate, not swallowed."""
+    monkeypatch.setattr(facts, "detect", lambda environ: None)
+    monkeypatch.setattr(prelaunch, "host_facts", lambda profile, environ: HostFacts.none())  # no leftovers to stop
+    with capture_logs() as logs, pytest.raises(PreflightError) as refused:
+        prelaunch.preflight(up_session(tmp_path, "model: nobody/nothing\nvllm: {host: 127.0.0.1}\n"))
+    assert f"no_driver: {facts.NO_GPU} → " in str(refused.value)
+    reasons = [e["reason"] for e in logs if e["event"] == "preflight.no_estimate"]
+    assert 1 == len(reasons) and "no config.json for nobody/nothing" in reasons[0]
+
+
+def test_up_on_the_cpu_backend_probes_no_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_probe(environ: object) -> None:
+        raise AssertionError("probed the GPUs of a CPU-backend profile")
+    monkeypatch.setattr(facts, "detect", no_probe)
+    monkeypatch.setattr(prelaunch, "host_facts", lambda profile, environ: HostFacts.none())
+    overrides, gpu = prelaunch.preflight(up_session(tmp_path, "model: nobody/nothing\nvllm: {host: 127.0.0.1}\n"
+                                                              "launcher: {device: cpu}\n"))
+    assert ({}, ("cpu", 1, None)) == (overrides, tuple(gpu))
