@@ -105,6 +105,9 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
         store.update(profile=profile.name, source=profile.source, profile_digest=profile.digest, pid=os.getpid(),
                      phase=Phase.PREFLIGHT, started_at=time.time(), decisions=[], attempt=0,
                      capacity=None, error=None, served_model_name=None, url=None,
+                     # For `status`'s drift, which renders the profile as a reload would. env.* values
+                     # never reach vLLM's argv and may be secrets: not kept.
+                     sets=[s for s in sets if not s.startswith("env.")],
                      # The earlier run's processes stay on record until they are stopped (_run): a crash
                      # in between must not forget them.
                      child=previous.get("child") if isinstance(previous, dict) else None)

@@ -116,7 +116,7 @@ def _alive(pid: object) -> bool:
 
 
 def status_command(profile: str | None, as_json: bool = False, environ: Mapping[str, str] | None = None) -> int:
-    from launcher.run import health
+    from launcher.run import drift, health
 
     reports = []
     for directory in _profile_dirs(profile, environ):
@@ -126,9 +126,14 @@ def status_command(profile: str | None, as_json: bool = False, environ: Mapping[
         # Running means holding the profile's lock: a recorded PID alone may belong to someone else now.
         running = found.pid is not None and lock_holder(directory / "lock") == found.pid and _alive(found.pid)
         live = health.metrics(found.url) if running and found.phase is Phase.SERVING and found.url else {}
+        # Only a live daemon's vLLM is compared: a reload is what applies the difference.
+        changed = drift.running_drift(found.raw, environ) if running else None
         # `phase` stays what the daemon wrote; `alive` says whether that daemon still runs (`running`: the same,
         # under its older name).
-        reports.append({**found.raw, "alive": running, "running": running, "live": live})
+        reports.append({**found.raw, "alive": running, "running": running, "live": live,
+                        "drift": None if changed is None or changed.unknown else [d.to_dict() for d in changed.flags],
+                        "drift_apply": changed.apply if changed else None,
+                        "drift_unknown": changed.unknown if changed else None})
     if as_json:
         print(json.dumps(reports if profile is None else (reports[0] if reports else None), indent=2, default=str))
         return EX_OK
@@ -162,6 +167,7 @@ def _status_text(data: Mapping[str, Any]) -> str:
         usage = prometheus.first(live, prometheus.KV_USAGE)
         lines.append(f"  live       KV usage {usage * 100:.1f} %, running {live.get('vllm:num_requests_running', 0):.0f}, "
                      f"waiting {live.get('vllm:num_requests_waiting', 0):.0f}" if usage is not None else f"  live {live}")
+    lines += _drift_lines(data)
     warnings = data.get("warnings")
     for warning in (warnings if isinstance(warnings, list) else [])[-5:]:
         if isinstance(warning, dict):
@@ -172,6 +178,22 @@ def _status_text(data: Mapping[str, Any]) -> str:
     if found.error:
         lines.append(f"  error      {found.error}")
     return "\n".join(lines)
+
+
+def _drift_lines(data: Mapping[str, Any]) -> list[str]:
+    """Whether the running vLLM runs what the profile file says now (no line when nothing runs)."""
+    if data.get("drift_unknown"):
+        return [f"  drift      unknown: {data['drift_unknown']}"]
+    changed = data.get("drift")
+    if not isinstance(changed, list):
+        return []
+    if not changed:
+        return ["  drift      none: vLLM runs what the profile file says"]
+    lines = [f"  drift      the profile file changed since vLLM started; apply with: {data.get('drift_apply')}"]
+    for item in changed:
+        lines.append(f"  drift      {item['flag']}: running {item['running'] or 'unset'}, "
+                     f"profile {item['profile'] or 'unset'}")
+    return lines
 
 
 def down_command(profile: str, timeout: float = 120.0, environ: Mapping[str, str] | None = None) -> int:

