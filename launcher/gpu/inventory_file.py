@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -13,6 +13,8 @@ from launcher.errors import UsageError
 from launcher.gpu.inventory import GpuDevice, GpuInventory, GpuProcess, apply_visibility
 from launcher.procstat import alive
 from launcher.units import BadValue, parse_size, true_or_false, whole_number
+
+T = TypeVar("T")
 
 
 class FakeProbe:
@@ -129,22 +131,21 @@ class _InventoryReader:
         return size
 
     def integer(self, data: Mapping[str, Any], name: str, key: str) -> int | None:
-        value = data.get(name)
-        if value is None:
-            return None
-        try:
-            return whole_number(value)
-        except BadValue as exc:
-            raise self.fail(key, exc.problem, f"write {name}: 0") from None
+        return self._checked(data, name, key, whole_number, "0")
 
     def boolean(self, data: Mapping[str, Any], name: str, key: str) -> bool | None:
+        return self._checked(data, name, key, true_or_false, "true")
+
+    def _checked(self, data: Mapping[str, Any], name: str, key: str, check: Callable[[Any], T],
+                 example: str) -> T | None:
+        """`name` read through the profile's own check (launcher/units.py); absent is None."""
         value = data.get(name)
         if value is None:
             return None
         try:
-            return true_or_false(value)
+            return check(value)
         except BadValue as exc:
-            raise self.fail(key, exc.problem, f"write {name}: true") from None
+            raise self.fail(key, exc.problem, f"write {name}: {example}") from None
 
     def device(self, item: Any, position: int) -> GpuDevice:
         key = f"devices[{position}]"
