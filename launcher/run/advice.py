@@ -18,6 +18,8 @@ from launcher.vllm import prometheus
 PREEMPTIONS = "vllm:num_preemptions_total"
 PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+GENERATION_TOKENS = "vllm:generation_tokens_total"
 TTFT = ("vllm:time_to_first_token_seconds",)
 # The time between two output tokens; vLLM 0.2x renamed it, the newest name first.
 TPOT = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
@@ -44,19 +46,22 @@ class Figures:
     preemptions: float = 0.0
     prefix_queries: float = 0.0
     prefix_hits: float = 0.0
+    prompt_tokens: float = 0.0
+    generation_tokens: float = 0.0
     ttft: Mapping[float, float] = field(default_factory=dict)
     tpot: Mapping[float, float] = field(default_factory=dict)
 
     @classmethod
     def from_text(cls, text: str) -> Figures:
         wanted = {*prometheus.KV_USAGE, prometheus.RUNNING, prometheus.WAITING, PREEMPTIONS, PREFIX_QUERIES,
-                  PREFIX_HITS}
+                  PREFIX_HITS, PROMPT_TOKENS, GENERATION_TOKENS}
         values = prometheus.sums(text, wanted)
         tpot = next((b for b in (prometheus.buckets(text, name) for name in TPOT) if b), {})
         return cls(kv_usage=prometheus.first(values, prometheus.KV_USAGE),
                    running=values.get(prometheus.RUNNING, 0.0), waiting=values.get(prometheus.WAITING, 0.0),
                    preemptions=values.get(PREEMPTIONS, 0.0), prefix_queries=values.get(PREFIX_QUERIES, 0.0),
-                   prefix_hits=values.get(PREFIX_HITS, 0.0), ttft=prometheus.buckets(text, TTFT[0]), tpot=tpot)
+                   prefix_hits=values.get(PREFIX_HITS, 0.0), prompt_tokens=values.get(PROMPT_TOKENS, 0.0),
+                   generation_tokens=values.get(GENERATION_TOKENS, 0.0), ttft=prometheus.buckets(text, TTFT[0]), tpot=tpot)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +180,7 @@ def latency(before: Figures | None, now: Figures) -> Advice | None:
                for label, q in (("p50", 0.5), ("p95", 0.95))}
     if all(v is None for v in figures.values()):
         return None
-    over = "between the two reads" if before else "since vLLM started (one read: cumulative)"
+    over = "between the two reads" if before else "one read: cumulative since vLLM started"
     numbers: dict[str, Any] = {**figures, "window": "reads" if before else "cumulative"}
 
     def ms(value: float | None) -> str:

@@ -116,6 +116,12 @@ def _alive(pid: object) -> bool:
     return isinstance(pid, int) and alive(pid)
 
 
+def daemon_running(directory: Path, found: State) -> bool:
+    """The daemon that wrote `found` still runs: it holds the profile's lock (a recorded PID alone may belong
+    to someone else now)."""
+    return found.pid is not None and lock_holder(directory / "lock") == found.pid and _alive(found.pid)
+
+
 def status_command(profile: str | None, as_json: bool = False, environ: Mapping[str, str] | None = None,
                    sleep: Callable[[float], None] = time.sleep) -> int:
     from launcher.run import advice, drift, health
@@ -125,8 +131,7 @@ def status_command(profile: str | None, as_json: bool = False, environ: Mapping[
         found = read_state(directory / "state.json")
         if found is None:
             continue
-        # Running means holding the profile's lock: a recorded PID alone may belong to someone else now.
-        running = found.pid is not None and lock_holder(directory / "lock") == found.pid and _alive(found.pid)
+        running = daemon_running(directory, found)
         texts = _two_reads(found.url, sleep) if running and found.phase is Phase.SERVING and found.url else []
         live = health.gauges(texts[-1]) if texts else {}
         # Only a live daemon's vLLM is compared: a reload is what applies the difference.

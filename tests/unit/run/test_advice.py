@@ -79,7 +79,7 @@ def test_latency_from_one_read_is_cumulative_and_says_so() -> None:
     found = advice.latency(None, figures("busy-2"))
     assert found is not None and found.numbers["window"] == "cumulative"
     assert found.numbers["ttft_p50_s"] == pytest.approx(0.04)
-    assert "one read: cumulative" in found.text
+    assert "(one read: cumulative since vLLM started)" in found.text
     assert advice.latency(None, figures("idle")) is None  # nothing observed: no figures
 
 
