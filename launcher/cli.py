@@ -89,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="phase, pid, attempt, rung, KV capacity of a running profile")
     status.add_argument("profile", metavar="PROFILE", nargs="?")
     status.add_argument("--json", action="store_true")
+    status.add_argument("--watch", action="store_true",
+                        help="a live view of PROFILE, refreshed every 2 s, until Ctrl-C")
 
     down = sub.add_parser("down", help="stop the daemon that serves PROFILE and wait for a clean exit")
     down.add_argument("profile", metavar="PROFILE")
@@ -225,6 +227,12 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from launcher.run import state
 
+    if args.watch:
+        if not args.profile or args.json:
+            raise UsageError("status --watch: give one PROFILE and no --json (e.g. vllm-launch status qwen3 --watch)")
+        from launcher.run import watch
+
+        return watch.watch_command(args.profile)
     return state.status_command(args.profile, as_json=args.json)
 
 

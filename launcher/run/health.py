@@ -67,12 +67,21 @@ def check_completion(base_url: str, served_name: str, api_key: str | None, timeo
 
 def metrics(base_url: str, timeout: float = 2.0) -> dict[str, float]:
     """The few Prometheus gauges `status` shows (KV usage, running and waiting requests)."""
-    wanted = {*prometheus.KV_USAGE, prometheus.RUNNING, prometheus.WAITING}
+    text = metrics_text(base_url, timeout)
+    return {} if text is None else gauges(text)
+
+
+def metrics_text(base_url: str, timeout: float = 2.0) -> str | None:
+    """vLLM's whole /metrics text; None when it does not answer 200."""
     try:
         status, body = api.request(f"{base_url}/metrics", timeout)
     except PROBE_ERRORS:
-        return {}
-    if status != 200:
-        return {}
-    found = prometheus.sums(body.decode(errors="replace"), wanted)
+        return None
+    return body.decode(errors="replace") if status == 200 else None
+
+
+def gauges(text: str) -> dict[str, float]:
+    """The gauges `status` shows (`live`), from a /metrics text."""
+    wanted = {*prometheus.KV_USAGE, prometheus.RUNNING, prometheus.WAITING}
+    found = prometheus.sums(text, wanted)
     return {name: value for name, value in found.items() if name in wanted}

@@ -34,6 +34,7 @@ log = structlog.get_logger("vllm_launch")
 
 # A daemon that serves for months keeps the latest decisions and counts the rest (state stays small).
 MAX_DECISIONS = 50
+READ_GAP_S = 1.0  # between the two /metrics reads of `status`: the window of its latency figures
 MAX_WARNINGS = 20  # failure lines a start-up survived (acquitted), newest last
 
 
@@ -115,25 +116,39 @@ def _alive(pid: object) -> bool:
     return isinstance(pid, int) and alive(pid)
 
 
-def status_command(profile: str | None, as_json: bool = False, environ: Mapping[str, str] | None = None) -> int:
-    from launcher.run import drift, health
+def daemon_running(directory: Path, found: State) -> bool:
+    """The daemon that wrote `found` still runs: it holds the profile's lock (a recorded PID alone may belong
+    to someone else now)."""
+    return found.pid is not None and lock_holder(directory / "lock") == found.pid and _alive(found.pid)
+
+
+def status_command(profile: str | None, as_json: bool = False, environ: Mapping[str, str] | None = None,
+                   sleep: Callable[[float], None] = time.sleep) -> int:
+    from launcher.run import advice, drift, health
 
     reports = []
     for directory in _profile_dirs(profile, environ):
         found = read_state(directory / "state.json")
         if found is None:
             continue
-        # Running means holding the profile's lock: a recorded PID alone may belong to someone else now.
-        running = found.pid is not None and lock_holder(directory / "lock") == found.pid and _alive(found.pid)
-        live = health.metrics(found.url) if running and found.phase is Phase.SERVING and found.url else {}
+        running = daemon_running(directory, found)
+        texts = _two_reads(found.url, sleep) if running and found.phase is Phase.SERVING and found.url else []
+        live = health.gauges(texts[-1]) if texts else {}
         # Only a live daemon's vLLM is compared: a reload is what applies the difference.
         changed = drift.running_drift(found.raw, environ) if running else None
+        figures = [advice.Figures.from_text(t) for t in texts]
+        argv = drift.child_cmdline(found.raw.get("child")) if running else None
+        rung = found.raw.get("rung")
+        advised = advice.advise(figures[0] if len(figures) == 2 else None, figures[-1] if figures else None,
+                                found.capacity, found.decisions, argv, rung if isinstance(rung, dict) else {},
+                                time.time())
         # `phase` stays what the daemon wrote; `alive` says whether that daemon still runs (`running`: the same,
         # under its older name).
         reports.append({**found.raw, "alive": running, "running": running, "live": live,
                         "drift": None if changed is None or changed.unknown else [d.to_dict() for d in changed.flags],
                         "drift_apply": changed.apply if changed else None,
-                        "drift_unknown": changed.unknown if changed else None})
+                        "drift_unknown": changed.unknown if changed else None,
+                        "advice": [a.to_dict() for a in advised]})
     if as_json:
         print(json.dumps(reports if profile is None else (reports[0] if reports else None), indent=2, default=str))
         return EX_OK
@@ -168,6 +183,9 @@ def _status_text(data: Mapping[str, Any]) -> str:
         lines.append(f"  live       KV usage {usage * 100:.1f} %, running {live.get('vllm:num_requests_running', 0):.0f}, "
                      f"waiting {live.get('vllm:num_requests_waiting', 0):.0f}" if usage is not None else f"  live {live}")
     lines += _drift_lines(data)
+    for item in data.get("advice") or []:
+        if isinstance(item, Mapping):
+            lines.append(f"  advice     {item.get('text')}")
     warnings = data.get("warnings")
     for warning in (warnings if isinstance(warnings, list) else [])[-5:]:
         if isinstance(warning, dict):
@@ -178,6 +196,19 @@ def _status_text(data: Mapping[str, Any]) -> str:
     if found.error:
         lines.append(f"  error      {found.error}")
     return "\n".join(lines)
+
+
+def _two_reads(url: str, sleep: Callable[[float], None]) -> list[str]:
+    """/metrics read twice, READ_GAP_S apart: counters and histograms over that window (advice). One read
+    when the second fails; none when the first does."""
+    from launcher.run import health
+
+    first = health.metrics_text(url)
+    if first is None:
+        return []
+    sleep(READ_GAP_S)
+    second = health.metrics_text(url)
+    return [first] if second is None else [first, second]
 
 
 def _drift_lines(data: Mapping[str, Any]) -> list[str]:

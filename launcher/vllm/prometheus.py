@@ -41,3 +41,46 @@ def sums(text: str, wanted: Collection[str]) -> dict[str, float]:
 def first(values: Mapping[str, float], names: Collection[str]) -> float | None:
     """The value of the first of `names` present: a series vLLM renamed, newest name first."""
     return next((values[n] for n in names if n in values), None)
+
+
+def buckets(text: str, name: str) -> dict[float, float]:
+    """The cumulative bucket counts of histogram `name` by upper bound (`le`, +Inf included), summed over
+    the other labels (engines); {} when the server does not export it."""
+    prefix = f"{name}_bucket"
+    found: dict[float, float] = {}
+    for line in text.splitlines():
+        if not line.startswith(prefix):
+            continue
+        try:
+            samples = [sample for family in text_string_to_metric_families(line) for sample in family.samples]
+        except (ValueError, TypeError, IndexError, KeyError, RecursionError):
+            continue
+        for sample in samples:
+            try:
+                bound = float(sample.labels.get("le", ""))
+            except ValueError:
+                continue
+            if sample.name == prefix and math.isfinite(sample.value):
+                found[bound] = found.get(bound, 0.0) + sample.value
+    return found
+
+
+def quantile(counts: Mapping[float, float], q: float) -> float | None:
+    """The q-quantile of a cumulative histogram, as Prometheus' histogram_quantile reckons it: linear
+    within the bucket that holds the rank; a rank in the +Inf bucket reads as the highest finite bound.
+    None with no observations."""
+    bounds = sorted(counts)
+    total = counts[bounds[-1]] if bounds else 0.0
+    if total <= 0:
+        return None
+    rank = q * total
+    lower, below = 0.0, 0.0
+    for bound in bounds:
+        count = counts[bound]
+        if count >= rank:
+            if math.isinf(bound):
+                return lower
+            inside = count - below
+            return lower + (bound - lower) * ((rank - below) / inside if inside > 0 else 1.0)
+        lower, below = bound, count
+    return lower
