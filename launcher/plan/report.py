@@ -14,11 +14,11 @@ from typing import Any
 
 import yaml
 
-from launcher.config import flags
+from launcher.config import document, flags
 from launcher.config.load import load, loads
 from launcher.config.nodes import Placement, placement
 from launcher.config.profile import FlagValue, Profile
-from launcher.errors import ConfigError, UsageError, VllmNotFound
+from launcher.errors import ConfigError, ProfileError, UsageError, VllmNotFound
 from launcher.gpu.catalog import GpuSpec, parse_gpu_spec
 from launcher.gpu.detect import detect
 from launcher.gpu.inventory import GpuInventory, GpuProbe
@@ -119,10 +119,10 @@ def profile_for(profile_path: str | None, model_config: str | None, sets: Sequen
         return load(profile_path, sets)
     if not model_config:
         raise UsageError("plan needs a PROFILE, or --model-config FILE to plan a bare model")
-    try:
-        config = yaml.safe_load(Path(model_config).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise UsageError(f"--model-config {model_config}: cannot read it ({exc})") from None
+    try:  # the same guarded reader as a profile: bounded, strict UTF-8, no alias bombs
+        config, _ = document.parse(document.read_text(model_config), model_config)
+    except ProfileError as exc:
+        raise UsageError(f"--model-config {model_config}: cannot read it ({exc.problem})") from None
     name = str(config.get("_name_or_path") or Path(model_config).stem) if isinstance(config, dict) else "model"
     text = yaml.safe_dump({"model": name, "vllm": {"host": "127.0.0.1"}})
     return loads(text, source=model_config, name=Path(model_config).stem, sets=sets)

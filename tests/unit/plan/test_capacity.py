@@ -168,6 +168,17 @@ class TestPlanCommand:
         data = json.loads(capsys.readouterr().out)
         assert (65_536, 2, "fits") == (data["kv_bytes_per_token"], data["gpu_count"], data["verdict"])
 
+    @pytest.mark.parametrize("data", [b'{"_name_or_path": "r\xe9sum\xe9"}', b"[" * 5000, b"\x00\xff" * 300])
+    def test_a_model_config_that_cannot_be_read_is_one_line(self, tmp_path: Path, data: bytes,
+                                                            capsys: pytest.CaptureFixture[str],
+                                                            no_installed_vllm: None) -> None:
+        """--model-config goes through the profile's guarded reader: any bytes are one line and exit 2."""
+        path = tmp_path / "config.json"
+        path.write_bytes(data)
+        assert 2 == main(["plan", "--model-config", str(path), "--gpu", "h100"])
+        err = capsys.readouterr().err
+        assert f"--model-config {path}: cannot read it" in err and len(err.strip().splitlines()) == 1
+
     def test_weights_gib_overrides(self, capsys: pytest.CaptureFixture[str], no_installed_vllm: None) -> None:
         assert 0 == main(["plan", "configs/qwen3.yaml", "--gpu", "h100", "--weights-gib", "30", "--json"])
         assert 30 * GIB == json.loads(capsys.readouterr().out)["weights_bytes"]
