@@ -104,6 +104,8 @@ class State:
     time_to_ready_s: float | None
     error: str | None
     raw: Mapping[str, Any]
+    fp8_kv: bool | None = None  # every GPU of the run can hold an FP8 KV cache (None: not known, e.g. the CPU backend)
+    restart_window_s: float | None = None  # the profile's launcher.restart.window
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> State:
@@ -117,7 +119,9 @@ class State:
                             if d is not None),
             counts=_counts(data.get("counts")), rung=dict(rung) if isinstance(rung, Mapping) else {},
             vllm_version=_str(data.get("vllm_version")), time_to_ready_s=_number(data.get("time_to_ready_s")),
-            error=_str(data.get("error")), raw=dict(data))
+            error=_str(data.get("error")), raw=dict(data),
+            fp8_kv=fp8 if isinstance(fp8 := data.get("fp8_kv"), bool) else None,
+            restart_window_s=_number(data.get("restart_window_s")))
 
 
 def read_state(path: Path) -> State | None:

@@ -33,7 +33,7 @@ SIXTEEN_BIT_KV = frozenset({"auto", "bfloat16", "float16", "half"})
 # vLLM's defaults when neither the rung nor the command line sets them (V1 engine; they vary by GPU and
 # usage context, so they read as "default", never as a number).
 DEFAULT = "default"
-RESTART_WINDOW_S = 3600.0  # launcher.restart.window's default: state.json does not record the profile's
+RESTART_WINDOW_S = 3600.0  # launcher.restart.window's default, for a state.json that does not record the profile's
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +99,10 @@ def flag(argv: Sequence[str] | None, rung: Mapping[str, Any], name: str) -> str 
     return None
 
 
-def kv_saturated(before: Figures | None, now: Figures, capacity: Capacity | None) -> Advice | None:
-    """The KV cache is the limit: usage ≥ 90 % with requests waiting, or preemptions rising between reads."""
+def kv_saturated(before: Figures | None, now: Figures, capacity: Capacity | None,
+                 fp8_kv: bool | None = None) -> Advice | None:
+    """The KV cache is the limit: usage ≥ 90 % with requests waiting, or preemptions rising between reads.
+    `fp8_kv`: whether every GPU of the run stores an FP8 KV cache (compute capability ≥ 8.9; None: unknown)."""
     preempted = now.preemptions - before.preemptions if before is not None else 0.0
     usage = now.kv_usage
     if not ((usage is not None and usage >= KV_SATURATED and now.waiting > 0) or preempted > 0):
@@ -118,11 +120,12 @@ def kv_saturated(before: Figures | None, now: Figures, capacity: Capacity | None
         numbers["kv_tokens_at_target_utilization"] = more
         options.append(f"gpu-memory-utilization {util:g} → {UTILIZATION_TARGET:g}: ≥ {more:,} KV tokens "
                        f"({tokens:,} × {UTILIZATION_TARGET:g}/{util:g})")
-    if tokens and (cap.kv_cache_dtype or "auto") in SIXTEEN_BIT_KV:
+    if tokens and (cap.kv_cache_dtype or "auto") in SIXTEEN_BIT_KV and fp8_kv is not False:
         # FP8 stores a token in half the bytes of a 16-bit cache: twice the tokens in the same budget.
         numbers["kv_tokens_with_fp8"] = tokens * 2
-        options.append(f"kv-cache-dtype fp8: {tokens * 2:,} KV tokens ({tokens:,} × 2; on a GPU without FP8 KV, "
-                       "compute capability < 8.9, the preflight keeps auto)")
+        options.append(f"kv-cache-dtype fp8: {tokens * 2:,} KV tokens ({tokens:,} × 2"
+                       + (")" if fp8_kv else "; on a GPU without FP8 KV, compute capability < 8.9, the preflight "
+                          "keeps auto)"))
     if tokens and length and length > 1:
         # The tokens stay; shorter sessions fit more of them: sessions = kv_tokens / max-model-len.
         half = length // 2
@@ -212,11 +215,13 @@ def _ago(seconds: float) -> str:
 
 
 def advise(before: Figures | None, now: Figures | None, capacity: Capacity | None, decisions: Sequence[Decision],
-           argv: Sequence[str] | None, rung: Mapping[str, Any], clock: float) -> list[Advice]:
-    """Every rule the figures show, limits first."""
+           argv: Sequence[str] | None, rung: Mapping[str, Any], clock: float, *, fp8_kv: bool | None = None,
+           restart_window_s: float | None = None) -> list[Advice]:
+    """Every rule the figures show, limits first. `fp8_kv` and `restart_window_s` are what state.json recorded
+    of the GPU and the profile (None: not recorded)."""
     found: list[Advice | None] = []
     if now is not None:
-        found += [kv_saturated(before, now, capacity), batch_limited(now, argv, rung),
+        found += [kv_saturated(before, now, capacity, fp8_kv), batch_limited(now, argv, rung),
                   prefix_cache_low(before, now, argv, rung), latency(before, now)]
-    found.append(restarts(decisions, clock))
+    found.append(restarts(decisions, clock, restart_window_s or RESTART_WINDOW_S))
     return [a for a in found if a is not None]

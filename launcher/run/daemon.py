@@ -105,6 +105,7 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
         store.update(profile=profile.name, source=profile.source, profile_digest=profile.digest, pid=os.getpid(),
                      phase=Phase.PREFLIGHT, started_at=time.time(), decisions=[], attempt=0,
                      capacity=None, error=None, served_model_name=None, url=None,
+                     restart_window_s=profile.launcher.restart.window_s,
                      # For `status`'s drift, which renders the profile as a reload would. env.* values
                      # never reach vLLM's argv and may be secrets: not kept.
                      sets=[s for s in sets if not s.startswith("env.")],
@@ -172,7 +173,8 @@ def _run(session: Session, directory: Path, previous: Any) -> int:
                 session.notify(STATUS="reloading: stopping vLLM to start it with the new profile")
                 session.stop_child(session.profile.launcher.stop_grace_s)
                 session.ready, session.config = None, new
-                session.store.update(profile_digest=new.profile.digest, phase=Phase.RELOADING)
+                session.store.update(profile_digest=new.profile.digest, phase=Phase.RELOADING,
+                                     restart_window_s=new.profile.launcher.restart.window_s)
                 session.ready = startup.start(session, _prepare(session, directory))
             continue  # unchanged or refused: the server that answers goes on serving
         overrides = session.ready.overrides if session.ready is not None else {}

@@ -15,9 +15,10 @@ import structlog
 from launcher.config.profile import FlagValue, Profile
 from launcher.errors import ConfigError, PreflightError
 from launcher.gpu.inventory import GpuInventory
+from launcher.gpu.match import device_cc
 from launcher.plan.facts import gather, read_inventory
 from launcher.plan.hostfacts import host_facts
-from launcher.plan.preflight import evaluate
+from launcher.plan.preflight import FP8_KV_MIN_CC, evaluate
 from launcher.plan.problems import Severity
 from launcher.run import gpurelease, processes
 from launcher.run.session import GpuIdentity, Session
@@ -81,6 +82,10 @@ def preflight(session: Session) -> tuple[dict[str, FlagValue | None], GpuIdentit
         host = host_facts(prof, environ=session.environ)
     if not cpu and inventory.visible_devices:
         session.gpu_baseline = gpurelease.baseline(inventory.visible_devices)
+    # For status's advice: whether FP8 KV is an option on this GPU (unknown on the CPU backend or an unknown GPU).
+    ccs = [device_cc(d) for d in inventory.visible_devices] if not cpu else []
+    session.store.update(fp8_kv=all(c >= FP8_KV_MIN_CC for c in ccs if c is not None)
+                         if ccs and None not in ccs else None)
     result = evaluate(prof, inventory, host=host, capacity=cap, version=session.vllm.semantics)
     for problem in result.problems:
         (log.error if problem.severity is Severity.ERROR else log.warning)(

@@ -48,7 +48,8 @@ class Watch:
         rung = found.raw.get("rung")
         argv = drift.child_cmdline(found.raw.get("child")) if running else None
         advised = advice.advise(before, now, found.capacity, found.decisions, argv,
-                                rung if isinstance(rung, dict) else {}, self.wall())
+                                rung if isinstance(rung, dict) else {}, self.wall(), fp8_kv=found.fp8_kv,
+                                restart_window_s=found.restart_window_s)
         return render(found, running, before, now, elapsed, advised)
 
 

@@ -59,6 +59,7 @@ class TestPreflight:
                     [{"log": OK}])
         lau.wait_event("ready")
         assert 1 == len(lau.argvs()) and "auto" == flag(lau.argvs()[0], "--kv-cache-dtype")
+        assert lau.state()["fp8_kv"] is False, "status's advice must not offer FP8 KV on this GPU"
         lau.signal()
         assert 0 == lau.wait(15)
 
@@ -70,6 +71,7 @@ class TestPreflight:
                     "l40s-busy.yaml", [{"log": OK}])
         lau.wait_event("ready")
         assert ["0.88"] == [flag(a, "--gpu-memory-utilization") for a in lau.argvs()]
+        assert lau.state()["fp8_kv"] is True  # an L40S (CC 8.9)
         lau.signal()
         assert 0 == lau.wait(15)
 

@@ -104,6 +104,26 @@ def test_an_fp8_cache_is_not_told_to_use_fp8() -> None:
     assert "max-model-len 2,048 → 1,024" in found.text
 
 
+def test_fp8_is_offered_only_where_the_gpu_holds_it() -> None:
+    """state.json's fp8_kv (from the preflight's compute capability) gates the FP8 option and its caveat."""
+    now = Figures.from_text(changed(capture("busy-2"), "vllm:kv_cache_usage_perc", 0.95))
+    cap = Capacity(100_000, 2048, kv_cache_dtype="auto", utilization=0.9)
+    old = advice.kv_saturated(None, now, cap, fp8_kv=False)
+    assert old is not None and "kv_tokens_with_fp8" not in old.numbers and "fp8" not in old.text
+    new = advice.kv_saturated(None, now, cap, fp8_kv=True)
+    assert new is not None and new.numbers["kv_tokens_with_fp8"] == 200_000 and "8.9" not in new.text
+    unknown = advice.kv_saturated(None, now, cap)
+    assert unknown is not None and "compute capability < 8.9" in unknown.text
+
+
+def test_the_profiles_restart_window_is_the_window() -> None:
+    decisions = [Decision(1, "engine_dead", "restart", "", time=1000.0), Decision(2, "engine_dead", "", "", time=5000.0)]
+    found = [a for a in advice.advise(None, None, None, decisions, None, {}, 5090.0, restart_window_s=7200.0)
+             if a.rule == "restarts"]
+    assert 1 == len(found) and found[0].numbers["restarts_in_window"] == 2 and found[0].numbers["window_s"] == 7200.0
+    assert "in the last 2 h" in found[0].text
+
+
 def test_preemptions_between_two_reads_are_kv_saturation() -> None:
     # Derived: busy-2 with 3 preemptions (busy-1 has 0), its KV usage as captured.
     now = Figures.from_text(changed(capture("busy-2"), "vllm:num_preemptions_total", 3))

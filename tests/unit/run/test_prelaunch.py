@@ -18,6 +18,7 @@ from launcher.errors import ConfigError, PreflightError
 from launcher.plan import facts
 from launcher.plan.hostfacts import HostFacts
 from launcher.run import prelaunch, processes
+from launcher.run.state import StateStore
 from launcher.vllm.versions import semantics
 
 STATUS = """======== Autoscaler status: 2026-12-01 10:00:00 ========
@@ -102,7 +103,7 @@ def up_session(tmp_path: Path, text: str) -> Any:
     return SimpleNamespace(profile=loads(text), environ={"PATH": "", "HF_HOME": str(tmp_path / "hf")},
                            config=SimpleNamespace(inventory_path=None, placement=None),
                            vllm=SimpleNamespace(vllm_bin="vllm", catalog=None, semantics=semantics("0.33.0")),
-                           store=SimpleNamespace(directory=tmp_path), gpu_baseline=None)
+                           store=StateStore(tmp_path), gpu_baseline=None)
 
 
 def test_up_without_a_gpu_refuses_with_the_one_no_gpu_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -122,6 +123,7 @@ def test_up_on_the_cpu_backend_probes_no_gpu(tmp_path: Path, monkeypatch: pytest
         raise AssertionError("probed the GPUs of a CPU-backend profile")
     monkeypatch.setattr(facts, "detect", no_probe)
     monkeypatch.setattr(prelaunch, "host_facts", lambda profile, environ: HostFacts.none())
-    overrides, gpu = prelaunch.preflight(up_session(tmp_path, "model: nobody/nothing\nvllm: {host: 127.0.0.1}\n"
-                                                              "launcher: {device: cpu}\n"))
+    session = up_session(tmp_path, "model: nobody/nothing\nvllm: {host: 127.0.0.1}\nlauncher: {device: cpu}\n")
+    overrides, gpu = prelaunch.preflight(session)
     assert ({}, ("cpu", 1, None)) == (overrides, tuple(gpu))
+    assert session.store.data["fp8_kv"] is None, "no compute capability to judge FP8 KV by on the CPU backend"
