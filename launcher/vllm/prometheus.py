@@ -8,9 +8,10 @@ wanted line at a time, so a junk line costs only itself, and a value that is not
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 # The KV-cache usage gauge (0-1); vLLM renamed it, the newest name first.
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
@@ -19,12 +20,10 @@ RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 
 
-def sums(text: str, wanted: Collection[str]) -> dict[str, float]:
-    """The sum of the finite samples of each sample name that starts with a wanted name (labels dropped:
-    one model per server). Only the lines that start with a wanted name are parsed: the benchmark reads
-    /metrics beside the requests it measures and must hold the GIL briefly."""
-    prefixes = tuple(wanted)
-    found: dict[str, float] = {}
+def _samples(text: str, prefixes: tuple[str, ...]) -> Iterator[Sample]:
+    """The finite samples of the lines that start with one of `prefixes`; a line that is not a sample is
+    skipped. Only those lines are parsed: the benchmark reads /metrics beside the requests it measures and
+    must hold the GIL briefly."""
     for line in text.splitlines():
         if not line.startswith(prefixes):
             continue
@@ -32,9 +31,15 @@ def sums(text: str, wanted: Collection[str]) -> dict[str, float]:
             samples = [sample for family in text_string_to_metric_families(line) for sample in family.samples]
         except (ValueError, TypeError, IndexError, KeyError, RecursionError):
             continue  # not a sample line
-        for sample in samples:
-            if math.isfinite(sample.value):
-                found[sample.name] = found.get(sample.name, 0.0) + sample.value
+        yield from (sample for sample in samples if math.isfinite(sample.value))
+
+
+def sums(text: str, wanted: Collection[str]) -> dict[str, float]:
+    """The sum of the finite samples of each sample name that starts with a wanted name (labels dropped:
+    one model per server)."""
+    found: dict[str, float] = {}
+    for sample in _samples(text, tuple(wanted)):
+        found[sample.name] = found.get(sample.name, 0.0) + sample.value
     return found
 
 
@@ -48,20 +53,13 @@ def buckets(text: str, name: str) -> dict[float, float]:
     the other labels (engines); {} when the server does not export it."""
     prefix = f"{name}_bucket"
     found: dict[float, float] = {}
-    for line in text.splitlines():
-        if not line.startswith(prefix):
-            continue
+    for sample in _samples(text, (prefix,)):
         try:
-            samples = [sample for family in text_string_to_metric_families(line) for sample in family.samples]
-        except (ValueError, TypeError, IndexError, KeyError, RecursionError):
+            bound = float(sample.labels.get("le", ""))
+        except ValueError:
             continue
-        for sample in samples:
-            try:
-                bound = float(sample.labels.get("le", ""))
-            except ValueError:
-                continue
-            if sample.name == prefix and math.isfinite(sample.value):
-                found[bound] = found.get(bound, 0.0) + sample.value
+        if sample.name == prefix:
+            found[bound] = found.get(bound, 0.0) + sample.value
     return found
 
 
