@@ -45,9 +45,10 @@ class Drift:
     unknown: str | None = None
 
 
-def running_drift(data: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Drift | None:
-    """The drift of a live daemon's vLLM; None when its vLLM is not running (nothing to compare)."""
-    argv = child_cmdline(data.get("child"))
+def running_drift(data: Mapping[str, Any], argv: list[str] | None,
+                  environ: Mapping[str, str] | None = None) -> Drift | None:
+    """The drift of a live daemon's vLLM, whose command line is `argv` (child_cmdline); None when its vLLM is
+    not running (nothing to compare)."""
     if argv is None:
         return None
     try:

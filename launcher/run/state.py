@@ -135,9 +135,9 @@ def status_command(profile: str | None, as_json: bool = False, environ: Mapping[
         texts = _two_reads(found.url, sleep) if running and found.phase is Phase.SERVING and found.url else []
         live = health.gauges(texts[-1]) if texts else {}
         # Only a live daemon's vLLM is compared: a reload is what applies the difference.
-        changed = drift.running_drift(found.raw, environ) if running else None
+        argv = drift.child_cmdline(found.raw.get("child")) if running else None  # read once: drift and advice
+        changed = drift.running_drift(found.raw, argv, environ) if running else None
         figures = [advice.Figures.from_text(t) for t in texts]
-        argv = drift.child_cmdline(found.raw.get("child")) if running else None
         rung = found.raw.get("rung")
         advised = advice.advise(figures[0] if len(figures) == 2 else None, figures[-1] if figures else None,
                                 found.capacity, found.decisions, argv, rung if isinstance(rung, dict) else {},
