@@ -18,6 +18,10 @@ from launcher.vllm import prometheus
 PREEMPTIONS = "vllm:num_preemptions_total"
 PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
+# (queries, hits) as vLLM named them, newest first: V1 before 0.10 exported only the gpu_ pair, 0.10 both
+# (the gpu_ pair marked deprecated). One pair is read, never both: in 0.10 they count the same tokens.
+PREFIX_COUNTERS = ((PREFIX_QUERIES, PREFIX_HITS),
+                   ("vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total"))
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 TTFT = ("vllm:time_to_first_token_seconds",)
@@ -53,14 +57,15 @@ class Figures:
 
     @classmethod
     def from_text(cls, text: str) -> Figures:
-        wanted = {*prometheus.KV_USAGE, prometheus.RUNNING, prometheus.WAITING, PREEMPTIONS, PREFIX_QUERIES,
-                  PREFIX_HITS, PROMPT_TOKENS, GENERATION_TOKENS}
+        wanted = {*prometheus.KV_USAGE, prometheus.RUNNING, prometheus.WAITING, PREEMPTIONS,
+                  *(name for pair in PREFIX_COUNTERS for name in pair), PROMPT_TOKENS, GENERATION_TOKENS}
         values = prometheus.sums(text, wanted)
+        queries, hits = next((pair for pair in PREFIX_COUNTERS if pair[0] in values), PREFIX_COUNTERS[0])
         tpot = next((b for b in (prometheus.buckets(text, name) for name in TPOT) if b), {})
         return cls(kv_usage=prometheus.first(values, prometheus.KV_USAGE),
                    running=values.get(prometheus.RUNNING, 0.0), waiting=values.get(prometheus.WAITING, 0.0),
-                   preemptions=values.get(PREEMPTIONS, 0.0), prefix_queries=values.get(PREFIX_QUERIES, 0.0),
-                   prefix_hits=values.get(PREFIX_HITS, 0.0), prompt_tokens=values.get(PROMPT_TOKENS, 0.0),
+                   preemptions=values.get(PREEMPTIONS, 0.0), prefix_queries=values.get(queries, 0.0),
+                   prefix_hits=values.get(hits, 0.0), prompt_tokens=values.get(PROMPT_TOKENS, 0.0),
                    generation_tokens=values.get(GENERATION_TOKENS, 0.0), ttft=prometheus.buckets(text, TTFT[0]), tpot=tpot)
 
 
