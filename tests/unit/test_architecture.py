@@ -17,7 +17,8 @@ import pytest
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "launcher"
-LAYERS = {"ground": 0, "config": 1, "gpu": 1, "vllm": 2, "plan": 3, "run": 4, "deploy": 4, "bench": 5, "cli": 6}
+LAYERS = {"ground": 0, "config": 1, "gpu": 1, "vllm": 2, "plan": 3, "run": 4, "deploy": 4, "bench": 5, "tune": 6,
+          "cli": 7}
 MAX_LINES = 400
 
 

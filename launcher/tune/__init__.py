@@ -1,0 +1,1 @@
+"""`vllm-launch tune`: the configuration that serves the most users within a latency target."""
