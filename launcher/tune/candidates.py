@@ -173,6 +173,8 @@ def expand(grid: Mapping[str, tuple[str, ...]], *,
     found = [Candidate()]
     for combination in itertools.product(*(grid[flag] for flag in flags)):
         pairs = tuple(zip(flags, combination, strict=True))
+        if not pairs:  # an empty grid's one combination sets nothing: it is the baseline
+            continue
         if baseline is not None and all(flag in baseline and _same(value, baseline[flag]) for flag, value in pairs):
             continue
         found.append(Candidate(pairs))
