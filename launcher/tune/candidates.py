@@ -29,9 +29,9 @@ FP8_KV_MIN_CC = (8, 9)
 SAME_CAPACITY = 0.9  # planned KV sessions within 10% of the best count as the same when ordering
 # A value becomes one `--set vllm.FLAG=VALUE` word: a number or a plain word, never a space, a comma, quotes, YAML
 # syntax or a leading '-' (vLLM's argparse would read it as an option of its own).
-_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+:-]{0,63}")
+_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _FLAG = re.compile(r"[a-z0-9][a-z0-9._-]*")
-_NULL_WORDS = frozenset({"null", "Null", "NULL"})  # `--set vllm.F=null` removes the flag instead of setting it
+_DECIMAL = re.compile(r"\d+\.\d*")
 # A profile refuses these in vllm: (a secret on the command line, a second model or config file).
 _NOT_TUNED = {"api-key": "the API key stays in api_key:", "model": "the model is the profile's model:",
               "config": "a config file would bypass the profile's checks"}
@@ -94,9 +94,12 @@ def _parse_spec(spec: str, catalog: FlagCatalog) -> tuple[str, tuple[str, ...]]:
         value = word
         if not value:
             raise _bad(spec, "an empty value", f"write the values with one comma between them, e.g. {flag}=64,128")
-        if not _VALUE.fullmatch(value) or value in _NULL_WORDS:
+        if not _VALUE.fullmatch(value):
             raise _bad(spec, f"{_shown(value)} is not a plain value",
-                       "write numbers or words (letters, digits, . _ + :), without spaces or a leading '-'")
+                       "write numbers or words (letters, digits, . _ -), without spaces or a leading '-'")
+        misread = _misread(value) if flag_spec.takes_value else None
+        if misread is not None:
+            raise _bad(spec, f"{value!r} would reach vLLM as {misread}", "write the number or word itself, e.g. 2048")
         if not flag_spec.takes_value:
             if value.lower() not in ("true", "false"):
                 raise _bad(spec, f"--{flag} is an on/off flag, got {value!r}", f"write --grid {flag}=true,false")
@@ -112,13 +115,26 @@ def _parse_spec(spec: str, catalog: FlagCatalog) -> tuple[str, tuple[str, ...]]:
     return flag, tuple(values)
 
 
+def _misread(value: str) -> str | None:
+    """What `--set` (YAML 1.1) would make of this word, where that is not the word: a boolean (yes, off: a
+    value flag would lose its value), null (the flag removed), octal 010, hex 0x10, 1_000; None when it is."""
+    typed = yaml.safe_load(value)
+    if typed is None or isinstance(typed, bool):
+        return "null (the flag removed)" if typed is None else f"the boolean {str(typed).lower()}"
+    if isinstance(typed, int) and str(typed) != value:
+        return f"the number {typed}"
+    if isinstance(typed, float) and not _DECIMAL.fullmatch(value):
+        return f"the number {typed}"
+    return None
+
+
 def _shown(text: str) -> str:
     """Hostile text stays on one line in the error: escapes instead of newlines or control characters."""
     return repr(text) if text.isprintable() else ascii(text)
 
 
 def _bad(spec: str, problem: str, fix: str) -> UsageError:
-    return UsageError(f"--grid {_shown(spec) if not spec.isprintable() else spec}: {problem}; {fix}")
+    return UsageError(f"--grid {spec if spec.isprintable() else ascii(spec)}: {problem}; {fix}")
 
 
 def default_grid(profile: Profile, plan_report: PlanReport, *, shared_prefix: bool = False) -> dict[str, tuple[str, ...]]:
@@ -129,10 +145,8 @@ def default_grid(profile: Profile, plan_report: PlanReport, *, shared_prefix: bo
     first gives up its lower value (the search already lowers the number of users), then the axis is left out."""
     centre = effective(plan_report)
     seqs, batched = centre.max_num_seqs, centre.max_num_batched_tokens
-    axes: list[tuple[str, tuple[str, ...]]] = [
-        ("max-num-seqs", _distinct(max(1, seqs // 2), seqs, min(MAX_NUM_SEQS_CAP, 2 * seqs) if seqs < MAX_NUM_SEQS_CAP
-                                   else seqs)),
-    ]
+    doubled = min(max(seqs, MAX_NUM_SEQS_CAP), 2 * seqs)  # a profile's own value above the cap stays the top
+    axes: list[tuple[str, tuple[str, ...]]] = [("max-num-seqs", _distinct(max(1, seqs // 2), seqs, doubled))]
     gpu = plan_report.gpu
     if gpu is not None and gpu.model.cc >= FP8_KV_MIN_CC and profile.kv_cache_dtype == "auto":
         axes.append(("kv-cache-dtype", ("auto", "fp8")))
@@ -225,7 +239,7 @@ def why_not(candidate: Candidate, report: PlanReport) -> str | None:
     dtype = dict(candidate.overrides).get("kv-cache-dtype")
     for problem in report.problems:
         # With drop_fp8_kv_if_unsupported the launcher would run it as auto: another candidate, not this one.
-        if problem.code == "fp8_kv_unsupported" and (problem.severity == ERROR or dtype in FP8_KV_DTYPES):
+        if problem.code == "fp8_kv_unsupported" and dtype in FP8_KV_DTYPES:
             return problem.message
     errors = [p.message for p in report.problems if p.severity == ERROR]
     if errors:

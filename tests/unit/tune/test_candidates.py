@@ -121,7 +121,7 @@ def test_more_combinations_than_the_limit_are_refused(catalog: FlagCatalog) -> N
 
 @pytest.mark.parametrize("spec", [
     "max-num-seqs=64 --api-key x", "max-num-batched-tokens=1\n--foo", "max-num-seqs=-1", "max-num-batched-tokens=--api-key",
-    "max-num-seqs=64,-5", "max-num-seqs=null", "max-num-seqs=[1, 2]", "max-num-seqs={a: 1}", "max-num-seqs=64;rm -rf /",
+    "max-num-seqs=64,-5", "max-num-seqs=[1, 2]", "max-num-seqs={a: 1}", "max-num-seqs=64;rm -rf /",
     "max-num-seqs='64'", "max-num-seqs=64\t", "kv-cache-dtype=fp8\x00", "max-num-seqs=*a", "max-num-seqs=" + "9" * 65,
 ])
 def test_a_value_that_is_not_one_plain_word_is_refused(spec: str, catalog: FlagCatalog) -> None:
@@ -130,6 +130,23 @@ def test_a_value_that_is_not_one_plain_word_is_refused(spec: str, catalog: FlagC
         parse_grid([spec], catalog)
     message = str(caught.value)
     assert "is not a plain value" in message and message.isprintable()
+
+
+@pytest.mark.parametrize(("spec", "says"), [
+    ("max-num-batched-tokens=yes", "would reach vLLM as the boolean true"),  # a bare --max-num-batched-tokens
+    ("max-num-batched-tokens=2048,off", "'off' would reach vLLM as the boolean false"),
+    ("max-num-seqs=null", "would reach vLLM as null (the flag removed)"),
+    ("max-num-seqs=010", "'010' would reach vLLM as the number 8"),
+    ("max-num-seqs=0x10", "'0x10' would reach vLLM as the number 16"),
+    ("max-num-batched-tokens=1_000", "'1_000' would reach vLLM as the number 1000"),
+    ("gpu-memory-utilization=1_0.5", "'1_0.5' would reach vLLM as the number 10.5"),
+])
+def test_a_word_that_set_would_read_as_something_else_is_refused(spec: str, says: str, catalog: FlagCatalog) -> None:
+    """`--set` reads values as YAML 1.1: yes/off are booleans, 010 is octal; the grid keeps what was written."""
+    with pytest.raises(UsageError) as caught:
+        parse_grid([spec], catalog)
+    assert says in str(caught.value)
+    assert {"gpu-memory-utilization": ("0.90", "1")} == parse_grid(["gpu-memory-utilization=0.90,1"], catalog)
 
 
 @pytest.mark.parametrize("assignment", ["vllm.max-num-seqs=64 --api-key x", "vllm.max-num-batched-tokens=--api-key",
