@@ -10,6 +10,7 @@ measures only what is missing.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -79,15 +80,17 @@ def tune(request: Request, environ: Mapping[str, str] | None = None) -> int:
                                f"server itself and never stops one it did not start: `vllm-launch down "
                                f"{request.profile}` first (or tune a copy with another name and port)")
 
-    def plan_for(sets: tuple[str, ...]) -> PlanReport:
+    @functools.cache
+    def plan_for(sets: tuple[str, ...]) -> PlanReport:  # once per candidate: pruning and ordering share it
         return run_plan(PlanRequest(request.profile, sets=sets, gpu_inventory=request.gpu_inventory), environ)
 
     base = plan_for(())
-    shares_prefix = request.workload == "agent" and request.settings.shared_prefix > 0
+    shared_prefix = request.workload == "agent" and request.settings.shared_prefix > 0
     grid = grid_.parse_grid(request.grids, base.catalog) if request.grids else \
-        grid_.default_grid(profile, base, shares_prefix=shares_prefix)
-    kept, pruned, reports = grid_.prune(request.profile, grid_.expand(grid), plan_for=plan_for)
-    ordered = grid_.order(kept, reports)
+        grid_.default_grid(profile, base, shared_prefix=shared_prefix)
+    everyone = grid_.expand(grid, baseline=grid_.baseline_values(base))
+    kept, pruned = grid_.prune(request.profile, everyone, plan_for=plan_for)
+    ordered = grid_.order(kept, {c: plan_for(c.sets()) for c in kept})
     settings = workload_settings(request.workload, request.settings)
     gpu = base.gpu.describe() if base.gpu is not None else "cpu"
     plan = Plan(spec=request.profile, profile=profile, target=resolve_target(request.profile, environ),
