@@ -3,6 +3,8 @@
 Threaded, like uvicorn's event loop it never blocks /health on a slow request: a wedged engine
 (`wedged` set) leaves completions hanging while /health still answers 200. A dead engine (`dead`
 set) answers /health 503 and every POST 500, as vLLM does between EngineDeadError and its exit.
+Streamed chats (fakevllm/stream.py) run through the scheduler (fakevllm/scheduler.py); /tokenize counts
+with fakevllm/tokens.py.
 """
 
 from __future__ import annotations
