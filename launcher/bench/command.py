@@ -212,7 +212,7 @@ class supervised:  # noqa: N801 - used as a context manager, like contextlib's
         if after > before or now.phase is not Phase.SERVING:
             last = now.decisions[-1] if now.decisions else None
             return f"the server stopped serving ({now.phase or 'unknown phase'}, {after} restarts)" + (
-                f": {last.cls}: {last.reason}" if last is not None and after > before else "")
+                f": {last.reason}" if last is not None and after > before else "")
         return None
 
     def _why(self) -> str:

@@ -25,7 +25,7 @@ from launcher.statedir import write_json_atomic
 
 FORMAT = 1
 MAX_FILE_BYTES = 4 * 2**20
-FIGURES = ("ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s", "output_tokens_per_s_per_user", "requests")
+FIGURES = ("ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s", "output_tokens_per_s_per_user", "requests", "failed")
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,8 @@ from launcher.tune.cache import Level, Record, Store
 from launcher.tune.candidates import Candidate
 from launcher.tune.search import Answer, users_at_slo
 
+DEATH_GRACE_S = 30.0  # how long a failed run waits for the supervisor's verdict on the server
+
 
 class CandidateStopped(Exception):
     """The candidate cannot be measured further; `status` says why (infeasible, died, failed, budget)."""
@@ -78,7 +80,8 @@ def figures_of(run: runner.Run, users: int) -> dict[str, float]:
     t = totals(run.results, run.duration_s, users)
     return {"ttft_p95_ms": t.ttft_ms["p95"], "tpot_p95_ms": t.tpot_ms["p95"],
             "output_tokens_per_s": t.output_tokens_per_s,
-            "output_tokens_per_s_per_user": t.output_tokens_per_s_per_user, "requests": float(t.completed)}
+            "output_tokens_per_s_per_user": t.output_tokens_per_s_per_user, "requests": float(t.completed),
+            "failed": float(t.failed)}
 
 
 class CandidateRun:
@@ -123,10 +126,12 @@ class CandidateRun:
         self.check_serving()
         try:
             level = self.measure(round_, users, first)
-        except ServerError as exc:  # the benchmark itself failed (a void run, /tokenize refused): not a verdict
-            self.check_serving()
+        except ServerError as exc:  # the benchmark itself failed (a void run, /tokenize refused)
+            self.check_serving(wait=True)
             raise CandidateStopped("failed", str(exc)) from None
-        self.check_serving()  # a death during the run voids it: raise before it is recorded
+        # A death during the run voids it: raise before it is recorded. Failed requests accuse the server; the
+        # supervisor's state convicts it, so give it the time it takes to see a dead engine.
+        self.check_serving(wait=level.figures.get("failed", 0.0) > 0)
         self.record.levels[(round_, users)] = level
         self.store.save(self.record)
         self.measured.levels_measured += 1
@@ -151,10 +156,17 @@ class CandidateRun:
         check_settings(replace(self.plan.workload, users=1), context, served.max_model_len)
         self.context = context
 
-    def check_serving(self) -> None:
-        lost = self.server.lost() if self.server is not None else "not started"
-        if lost is not None:
-            raise CandidateStopped("died", lost)
+    def check_serving(self, wait: bool = False) -> None:
+        """CandidateStopped("died") when the server no longer serves; with `wait`, after watching the
+        supervisor's state for up to DEATH_GRACE_S (it needs a moment to see an engine die)."""
+        deadline = time.monotonic() + (DEATH_GRACE_S if wait else 0.0)
+        while True:
+            lost = self.server.lost() if self.server is not None else "not started"
+            if lost is not None:
+                raise CandidateStopped("died", lost)
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.5)
 
     def measure(self, round_: int, users: int, first: bool) -> Level:
         settings = replace(level_settings(self.plan, round_, users, first), context=self.context)
