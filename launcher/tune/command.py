@@ -92,7 +92,7 @@ def tune(request: Request, environ: Mapping[str, str] | None = None) -> int:
     kept, pruned = grid_.prune(request.profile, everyone, plan_for=plan_for)
     ordered = grid_.order(kept, {c: plan_for(c.sets()) for c in kept})
     settings = workload_settings(request.workload, request.settings)
-    gpu = base.gpu.describe() if base.gpu is not None else "cpu"
+    gpu = _box(profile.launcher.device, base)
     plan = Plan(spec=request.profile, profile=profile, target=resolve_target(request.profile, environ),
                 slo=request.slo, workload=settings, rounds=request.rounds, most_users=request.most_users,
                 deadline=None if request.budget_s is None else started + request.budget_s, environ=environ)
@@ -120,6 +120,16 @@ def tune(request: Request, environ: Mapping[str, str] | None = None) -> int:
     doc = _document(request, base, gpu, settings, results, pruned, ordered, time.monotonic() - started, interrupted)
     _finish(request, doc, results)
     return EX_INTERRUPTED if interrupted else EX_OK
+
+
+def _box(device: str, base: PlanReport) -> str:
+    """What the figures were measured on (part of the cache key): the GPU and its count, or the CPU backend
+    and the memory it sized the KV cache from."""
+    if base.gpu is None:
+        return "cpu" if device == "cpu" else "unknown GPU"
+    if device == "cpu":
+        return f"CPU backend ({base.gpu.model.nvml_mib / 1024:.1f} GiB of host memory)"
+    return base.gpu.describe()
 
 
 def _check_request(request: Request) -> None:

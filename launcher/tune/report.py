@@ -38,9 +38,14 @@ class Scored:
 
 def score(measured: Measured, levels: Mapping[tuple[int, int], Level]) -> Scored:
     answer = measured.answer
-    if answer is None or answer.users == 0:
+    if answer is None:
         return Scored(measured, {}, 0.0)
-    at = [levels[(r, answer.users)] for r in range(len(answer.round_answers)) if (r, answer.users) in levels]
+    shown = answer.users or 1  # no level met it: the figures of one user say by how much
+    at = [levels[(r, shown)] for r in range(len(answer.round_answers)) if (r, shown) in levels]
+    if not at:
+        return Scored(measured, {}, 0.0)
+    if answer.users == 0 and measured.reason is None:
+        measured.reason = "1 user already misses the SLO: " + "; ".join(b for level in at[:1] for b in level.broken)
     keys = sorted({k for level in at for k in level.figures})
     figures = {k: round(sum(level.figures.get(k, 0.0) for level in at) / len(at), 3) for k in keys}
     rates = [level.figures.get("output_tokens_per_s", 0.0) for level in at]
