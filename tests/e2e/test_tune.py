@@ -1,9 +1,9 @@
 """`vllm-launch tune` against real vLLM for CPUs serving the tiny model: two candidates, each started through the
 supervisor, the winner written as a profile, and `up` of that profile.
 
-The profile as written runs one sequence at a time (max-num-seqs 1), so a second user's request waits for the
-whole of the first one's reply (~64 tokens, several times the prefill) before its first token: its TTFT median
-at two users is the length of a reply. The candidate max-num-seqs=4 batches them. The SLO sits between the two."""
+The profile as written runs one sequence at a time (max-num-seqs 1), so a user's request waits for the whole of
+the replies ahead of it (~64 tokens each, several times the prefill) before its first token. The candidate
+max-num-seqs=4 batches them. The SLO sits between the two."""
 
 from __future__ import annotations
 
@@ -38,10 +38,13 @@ def test_two_candidates_json_and_write_then_up_of_the_written_profile(
     assert doc["requests_per_level"] == 16
     base, four = found["baseline"], found["max-num-seqs=4"]
     assert base["status"] == four["status"] == "measured", doc
-    assert base["users_at_slo"] == 1, "one sequence at a time: a second user waits a whole reply"
-    assert four["users_at_slo"] >= 2, "batched: two users' first tokens do not wait for each other"
+    # Measured here: one at a time, the TTFT median is ~300 ms at 2 users, ~600 at 3, ~900 at 4 (each waits
+    # for the replies ahead of it); batched, ~100 ms at 4.
+    assert base["users_at_slo"] in (1, 2), "one sequence at a time: a third user waits two whole replies"
+    assert four["users_at_slo"] == 4 and four["capped"], "batched: four users' first tokens do not wait"
     assert doc["verdict"] == "winner" and doc["winner"]["label"] == "max-num-seqs=4"
     assert doc["winner"]["gains"]["users"] >= 2.0
+    assert four["levels_measured"] >= 3 and base["levels_measured"] >= 2
     assert doc["written"] == str(tuned)
 
     text = tuned.read_text()
