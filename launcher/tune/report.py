@@ -172,9 +172,8 @@ def plot(points: Sequence[tuple[str, Sequence[Level]]], path: Path) -> None:
         if met:
             axis.scatter([x for x, _ in met], [y for _, y in met], label=label, alpha=0.8)
             front.extend(met)
-    pareto = [p for p in front if not any(q[0] >= p[0] and q[1] >= p[1] and q != p for q in front)]
+    pareto = pareto_front(front)
     if pareto:
-        pareto.sort()
         axis.plot([x for x, _ in pareto], [y for _, y in pareto], "k--", label="Pareto front")
     axis.set(xlabel="output tokens/s per user", ylabel="output tokens/s in total",
              title="levels that met the SLO")
@@ -182,3 +181,8 @@ def plot(points: Sequence[tuple[str, Sequence[Level]]], path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points no other point beats on both axes (per-user and total tokens/s), left to right."""
+    return sorted({p for p in points if not any(q[0] >= p[0] and q[1] >= p[1] and q != p for q in points)})

@@ -106,3 +106,8 @@ def test_a_tuned_profile_that_would_not_load_is_not_written(tmp_path: Path) -> N
 def test_the_tuned_text_keeps_every_other_key() -> None:
     text = tuned_text(PROFILE, "p.yaml", ("vllm.max-num-seqs=64",), [])
     assert yaml.safe_load(text)["api_key"] == {"env": "VLLM_API_KEY"}
+
+
+def test_the_pareto_front_keeps_what_nothing_beats_on_both_axes() -> None:
+    points = [(50.0, 100.0), (40.0, 160.0), (45.0, 150.0), (30.0, 150.0), (20.0, 200.0), (50.0, 90.0), (40.0, 160.0)]
+    assert report.pareto_front(points) == [(20.0, 200.0), (40.0, 160.0), (45.0, 150.0), (50.0, 100.0)]
