@@ -134,10 +134,44 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--compare", choices=("prefix-caching",), help="with a PROFILE: run it with and without "
                        "enable-prefix-caching through the supervisor, side by side")
 
+    _add_tune(sub)
+
     completion = sub.add_parser("completion", help="the shell's completion script, printed: "
                                 "vllm-launch completion bash > /etc/bash_completion.d/vllm-launch")
     completion.add_argument("shell", choices=COMPLETION_SHELLS)
     return parser
+
+
+def _add_tune(sub: Any) -> None:
+    tune = sub.add_parser("tune", help="how many agent users the box serves within a latency target, and the "
+                          "vllm serve flags that serve the most", epilog=EPILOG)
+    tune.add_argument("profile", metavar="PROFILE")
+    tune.add_argument("--slo", required=True, metavar="TERMS", help="the latency target, e.g. "
+                      "'ttft_p95<=2s,tpot_p95<=80ms' (ttft, tpot, itl, e2el at mean/p50/p95/p99; user_tok_s>=N)")
+    tune.add_argument("--grid", action="append", default=[], metavar="FLAG=V1,V2",
+                      help="candidate values of one vllm serve flag, e.g. --grid max-num-seqs=32,64,128 (repeatable; "
+                           "default: a small grid around vLLM's own defaults for this GPU)")
+    tune.add_argument("--workload", choices=("agent", "random"), default="agent",
+                      help="agent: bench's multi-turn chats over a shared system prompt (default); random: one-turn "
+                           "prompts that share nothing")
+    tune.add_argument("--budget", metavar="DURATION", help="stop cleanly after this long, e.g. 45m (the likeliest "
+                      "winners run first)")
+    tune.add_argument("--rounds", type=int, default=2, help="times each search is repeated (default 2)")
+    tune.add_argument("--max-users", type=int, default=256, metavar="N", help="the most users tried (default 256)")
+    tune.add_argument("--fresh", action="store_true", help="measure again what earlier runs cached")
+    tune.add_argument("--context", type=int, metavar="TOKENS", help="a conversation ends at this size (default: the "
+                      "server's max-model-len)")
+    tune.add_argument("--shared-prefix", type=int, default=512, metavar="TOKENS", help="agent: the shared system "
+                      "prompt (default 512)")
+    tune.add_argument("--turn-tokens", type=int, default=128, metavar="TOKENS", help="new user text each turn "
+                      "(default 128)")
+    tune.add_argument("--max-tokens", type=int, default=64, metavar="M", help="output tokens per turn (default 64)")
+    tune.add_argument("--seed", type=int, default=0)
+    _add_gpu_inventory(tune)
+    tune.add_argument("--json", action="store_true", help="the result as JSON (stable keys, see docs/tune.md)")
+    tune.add_argument("--plot", metavar="FILE.png", help="a Pareto chart, per-user against total output tokens/s "
+                      "(needs the `plot` extra)")
+    tune.add_argument("--write", metavar="FILE", help="write the winning profile to FILE (a new file), ready for up")
 
 
 def _add_node_rank(parser: argparse.ArgumentParser) -> None:
@@ -283,6 +317,36 @@ def bench_main(spec: str, settings: Settings, **kwargs: Any) -> int:
         return EX_INTERRUPTED
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    """`tune` says "vllm-launch tune:" on its one error line, as bench does."""
+    from launcher.bench.client import ServerError
+    from launcher.bench.workload import Settings
+    from launcher.tune import slo
+    from launcher.tune.command import Request, tune
+    from launcher.units import parse_duration
+
+    try:
+        budget = None
+        if args.budget is not None:
+            try:
+                budget = parse_duration(args.budget)
+            except ValueError as exc:
+                raise UsageError(f"--budget {args.budget}: {exc}") from None
+        settings = Settings(context=args.context, shared_prefix=args.shared_prefix, turn_tokens=args.turn_tokens,
+                            max_tokens=args.max_tokens, seed=args.seed)
+        request = Request(profile=args.profile, slo=slo.parse(args.slo), grids=tuple(args.grid),
+                          workload=args.workload, settings=settings, budget_s=budget, rounds=args.rounds,
+                          most_users=args.max_users, fresh=args.fresh, as_json=args.json, plot=args.plot,
+                          write=args.write, gpu_inventory=args.gpu_inventory)
+        return tune(request)
+    except (ServerError, LauncherError) as exc:
+        print(f"vllm-launch tune: {exc}", file=sys.stderr)
+        return EXIT_CODES[exc.outcome]
+    except KeyboardInterrupt:  # before the first candidate: nothing was measured
+        print("vllm-launch tune: interrupted before anything was measured", file=sys.stderr)
+        return EX_INTERRUPTED
+
+
 def cmd_completion(args: argparse.Namespace) -> int:
     try:
         import shtab
@@ -306,7 +370,7 @@ def _complete_files(parser: argparse.ArgumentParser) -> None:
 
 COMMANDS = {"plan": cmd_plan, "diagnose": cmd_diagnose, "preflight": cmd_preflight, "up": cmd_up,
             "status": cmd_status, "down": cmd_down, "bench": cmd_bench, "render": cmd_render,
-            "completion": cmd_completion}
+            "tune": cmd_tune, "completion": cmd_completion}
 
 
 def _print_json(data: Any) -> None:

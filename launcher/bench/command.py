@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from launcher.config import secrets
 from launcher.config.load import load
 from launcher.config.profile import Profile
 from launcher.errors import EX_CONFIG, EX_OK, Outcome
-from launcher.runstate import Phase, read_state
+from launcher.runstate import Phase, State, read_state
 from launcher.statedir import state_root
 from launcher.vllm import command as vllm_command
 
@@ -158,31 +158,71 @@ def _compare(target: Target, profile: Profile, spec: str, settings: Settings, mo
 
 
 class supervised:  # noqa: N801 - used as a context manager, like contextlib's
-    """`vllm-launch up PROFILE --set FLAG` until its state says serving; SIGTERM and wait on exit."""
+    """`vllm-launch up PROFILE --set FLAG ...` until its state says serving; SIGTERM and wait on exit.
 
-    def __init__(self, spec: str, profile: Profile, setting: str, environ: dict[str, str]) -> None:
-        self.argv = [sys.executable, "-m", "launcher", "up", spec, "--set", setting, "--log-format", "json"]
+    The child is the whole supervisor (preflight, ladder, readiness), in its own session so that a Ctrl-C
+    at the terminal reaches only this process, which then stops it in order: vLLM's memory is given back
+    before `__exit__` returns, and so before anything starts the next server."""
+
+    def __init__(self, spec: str, profile: Profile, sets: str | Sequence[str], environ: dict[str, str],
+                 ready_timeout_s: float = READY_TIMEOUT_S) -> None:
+        sets = (sets,) if isinstance(sets, str) else tuple(sets)
+        self.argv = [sys.executable, "-m", "launcher", "up", spec, *(a for s in sets for a in ("--set", s)),
+                     "--log-format", "json"]
+        self.label = " ".join(["vllm-launch up", spec, *(a for s in sets for a in ("--set", s))])
         self.state = state_root(environ) / profile.name / "state.json"
         self.environ = environ
+        self.ready_timeout_s = ready_timeout_s
         self.proc: subprocess.Popen[bytes] | None = None
+        self.ready: State | None = None
 
     def __enter__(self) -> supervised:
         self.proc = subprocess.Popen(self.argv, env=self.environ, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      start_new_session=True)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            code = self.proc.poll()
-            if code is not None:
-                tail = (self.proc.stderr.read() if self.proc.stderr else b"").decode(errors="replace").strip()
-                raise ServerError(f"vllm-launch up {' '.join(self.argv[4:7])} exited {code} before serving"
-                                  + (f": {tail.splitlines()[-1]}" if tail else ""),
-                                  Outcome.CONFIG if code == EX_CONFIG else Outcome.TEMPFAIL)
-            found = read_state(self.state)
-            if found is not None and found.pid == self.proc.pid and found.phase is Phase.SERVING:
-                return self
-            time.sleep(0.5)
+        deadline = time.monotonic() + self.ready_timeout_s
+        try:
+            while time.monotonic() < deadline:
+                code = self.proc.poll()
+                if code is not None:
+                    raise ServerError(f"{self.label} exited {code} before serving: {self._why()}",
+                                      Outcome.CONFIG if code == EX_CONFIG else Outcome.TEMPFAIL)
+                found = read_state(self.state)
+                if found is not None and found.pid == self.proc.pid and found.phase is Phase.SERVING:
+                    self.ready = found
+                    return self
+                time.sleep(0.5)
+        except BaseException:
+            self.__exit__()
+            raise
         self.__exit__()
-        raise ServerError(f"the profile did not become ready within {READY_TIMEOUT_S:.0f}s", Outcome.TEMPFAIL)
+        raise ServerError(f"the profile did not become ready within {self.ready_timeout_s:.0f}s", Outcome.TEMPFAIL)
+
+    def lost(self) -> str | None:
+        """None while the server that became ready still serves; else what happened to it (the engine died
+        and the supervisor restarted it, or the supervisor ended)."""
+        if self.proc is None or self.ready is None:
+            return "not started"
+        code = self.proc.poll()
+        if code is not None:
+            return f"{self.label} exited {code}: {self._why()}"
+        now = read_state(self.state)
+        if now is None or now.pid != self.proc.pid:
+            return "its state.json is gone or names another process"
+        before, after = _restarts(self.ready), _restarts(now)
+        if after > before or now.phase is not Phase.SERVING:
+            last = now.decisions[-1] if now.decisions else None
+            return f"the server stopped serving ({now.phase or 'unknown phase'}, {after} restarts)" + (
+                f": {last.reason}" if last is not None and after > before else "")
+        return None
+
+    def _why(self) -> str:
+        """The run's own error from state.json when it wrote one, else the last line it printed."""
+        found = read_state(self.state)
+        if found is not None and self.proc is not None and found.pid == self.proc.pid and found.error:
+            return found.error[:500]
+        tail = (self.proc.stderr.read() if self.proc is not None and self.proc.stderr else b"")
+        lines = tail.decode(errors="replace").strip().splitlines()
+        return lines[-1][:500] if lines else "no output"
 
     def __exit__(self, *_: object) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -192,3 +232,7 @@ class supervised:  # noqa: N801 - used as a context manager, like contextlib's
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+
+
+def _restarts(state: State) -> int:
+    return sum(state.counts.get("restarts", {}).values())

@@ -142,6 +142,8 @@ def _user(server: Server, prepared: Prepared, settings: Settings, user: int, sto
                 prepared.first_input_tokens
             if estimate + settings.max_tokens > prepared.context:
                 break  # the history reached --context: a new conversation starts
+            if settings.conversation_turns is not None and chat.turns_done >= settings.conversation_turns:
+                break
             chat.messages.append({"role": "user", "content": pool[done % len(pool)]})
             result, text = server.chat(prepared.model, chat.messages, max_tokens=settings.max_tokens,
                                        ignore_eos=settings.ignore_eos, temperature=settings.temperature,

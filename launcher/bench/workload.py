@@ -41,6 +41,7 @@ class Settings:
     seed: int = 0
     ignore_eos: bool = False
     temperature: float = 0.0
+    conversation_turns: int | None = None  # a conversation starts over after this many turns (None: at --context)
 
 
 def words(rng: random.Random, count: int) -> str:

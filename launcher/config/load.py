@@ -31,7 +31,7 @@ def loads(text: str, source: str = "<profile>", name: str = "profile", sets: Seq
     raw, lines = _parse_yaml(text, source)
     origins = {key: f"{source}:{line}" for key, line in lines.items()}
     for assignment in sets:
-        _apply_set(raw, assignment, origins)
+        apply_set(raw, assignment, origins)
     return ProfileValidator(source, lines, origins).profile(raw, name)
 
 
@@ -56,7 +56,9 @@ def _collect_lines(node: yaml.Node, prefix: str, lines: dict[str, int]) -> None:
             _collect_lines(value_node, key + ".", lines)
 
 
-def _apply_set(raw: dict[str, Any], assignment: str, origins: dict[str, str]) -> None:
+def apply_set(raw: dict[str, Any], assignment: str, origins: dict[str, str]) -> None:
+    """`--set KEY=VALUE` applied to a parsed profile (the value typed as YAML types it), as `up` applies it and
+    `tune --write` writes it."""
     key, sep, text = assignment.partition("=")
     key = key.strip()
     if not sep or not key:

@@ -145,7 +145,7 @@ def live_processes(pids: Iterable[int]) -> list[psutil.Process]:
     return found
 
 
-def kill_processes(procs: list[psutil.Process], grace_s: float = 5.0) -> list[str]:
+def kill_processes(procs: list[psutil.Process], grace_s: float = 5.0, kill_wait_s: float = 5.0) -> list[str]:
     """Terminate then kill processes we own; returns what could not be stopped."""
     for proc in procs:
         with contextlib.suppress(psutil.Error):
@@ -154,5 +154,14 @@ def kill_processes(procs: list[psutil.Process], grace_s: float = 5.0) -> list[st
     for proc in alive:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    _, alive = psutil.wait_procs(alive, timeout=5)
-    return [f"{p.pid} {name_of(p)}" for p in alive]
+    _, alive = psutil.wait_procs(alive, timeout=kill_wait_s)
+    return [f"{p.pid} {name_of(p)}" for p in alive if not _dead(p)]
+
+
+def _dead(proc: psutil.Process) -> bool:
+    """A zombie has exited and holds no memory: it waits for its parent (for an orphan, whatever reaps orphans
+    here, which may be slow) to collect its exit status, and nothing we send can stop it any further."""
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True

@@ -71,9 +71,13 @@ def effective_flags(profile: Profile, overrides: Overrides) -> dict[str, FlagVal
 def render_flag(name: str, value: FlagValue, catalog: FlagCatalog | None = None) -> list[str]:
     """One flag as argv words: true → --flag, false → --no-flag, lists → --flag a b, mappings → JSON."""
     if isinstance(value, bool):
+        spec = catalog.lookup(name) if catalog else None
+        if spec is not None and spec.takes_value:
+            # A flag that takes a value never goes out bare: `--max-num-batched-tokens` followed by the next flag
+            # would make vLLM read that flag as its value (or drop it, for false). vLLM judges "true" itself.
+            return [f"--{name}", _scalar(value)]
         if value:
             return [f"--{name}"]
-        spec = catalog.lookup(name) if catalog else None
         # A store_true flag has no --no- form: leaving it out is how to say false.
         if spec is not None and not spec.negatable:
             return []

