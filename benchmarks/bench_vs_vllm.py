@@ -21,14 +21,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.startup import KEY, PROFILE, VENV_BIN, Env, free_port, status, stop_group  # noqa: E402
+from benchmarks.startup import KEY, VENV_BIN, Env, free_port, stop_group, up_until_ready  # noqa: E402
 from launcher.bench import scrape  # noqa: E402
 from launcher.bench.client import Server  # noqa: E402
 from launcher.bench.command import Target, measure  # noqa: E402
@@ -40,24 +39,9 @@ METRICS = (("mean TTFT ms", "mean_ttft_ms"), ("mean TPOT ms", "mean_tpot_ms"), (
 
 
 def serve(env: Env, port: int, log: Path) -> subprocess.Popen[bytes]:
-    argv = [str(VENV_BIN / "vllm-launch"), "up", str(PROFILE), "--log-format", "json", "--set", f"vllm.port={port}",
-            "--set", "vllm.enable-prefix-caching=false", "--set", f"launcher.log_file={log}",
-            # The CPU backend's compute threads spin on every core they are given: on a small box they starve
-            # any client beside them and both tools then see tokens in bursts. The server gets CPU 0, the
-            # clients the others.
-            "--set", "env.VLLM_CPU_OMP_THREADS_BIND=0"]
-    proc = subprocess.Popen(argv, cwd=ROOT, env={**env.base, "VLLM_LAUNCH_STATE_DIR": str(env.scratch / "state")},
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"vllm-launch up exited with {proc.returncode}; see {log}")
-        if status(f"http://127.0.0.1:{port}/v1/models", KEY) == 200:
-            return proc
-        time.sleep(0.5)
-    stop_group(proc)
-    raise RuntimeError("the tiny server did not become ready in 300 s")
+    # The CPU backend's compute threads spin on every core they are given: on a small box they starve any client
+    # beside them and both tools then see tokens in bursts. The server gets CPU 0, the clients the others.
+    return up_until_ready(env, port, log, "vllm.enable-prefix-caching=false", "env.VLLM_CPU_OMP_THREADS_BIND=0")
 
 
 def settings_for(args: argparse.Namespace, seed: int) -> Settings:

@@ -92,6 +92,24 @@ class Env:
         self.base.pop("NOTIFY_SOCKET", None)
 
 
+def up_until_ready(env: Env, port: int, log: Path, *sets: str) -> subprocess.Popen[bytes]:
+    """`vllm-launch up` of the demo profile on `port` (plus `--set`s), in its own session, once /v1/models answers."""
+    argv = [str(VENV_BIN / "vllm-launch"), "up", str(PROFILE), "--log-format", "json", "--set", f"vllm.port={port}",
+            "--set", f"launcher.log_file={log}", *(a for s in sets for a in ("--set", s))]
+    proc = subprocess.Popen(argv, cwd=ROOT, env={**env.base, "VLLM_LAUNCH_STATE_DIR": str(env.scratch / "state")},
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vllm-launch up exited with {proc.returncode}; see {log}")
+        if status(f"http://127.0.0.1:{port}/v1/models", KEY) == 200:
+            return proc
+        time.sleep(0.5)
+    stop_group(proc)
+    raise RuntimeError("the tiny server did not become ready in 300 s")
+
+
 def bare_argv(port: int) -> tuple[list[str], dict[str, str]]:
     """The exact argv and env the launcher's plan gives vLLM for the demo profile on this port."""
     sys.path.insert(0, str(ROOT))

@@ -30,26 +30,14 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.startup import KEY, PROFILE, VENV_BIN, Env, free_port, status, stop_group  # noqa: E402
+from benchmarks.startup import PROFILE, Env, free_port, stop_group, up_until_ready  # noqa: E402
+from benchmarks.status_watch import _drain  # noqa: E402
 
 SETTLE_S = 10.0  # after ready: the first requests' warm-up and the daemon's first checks are not idle
 
 
 def serve(env: Env, port: int, log: Path) -> subprocess.Popen[bytes]:
-    argv = [str(VENV_BIN / "vllm-launch"), "up", str(PROFILE), "--log-format", "json", "--set", f"vllm.port={port}",
-            "--set", f"launcher.log_file={log}"]
-    proc = subprocess.Popen(argv, cwd=ROOT, env={**env.base, "VLLM_LAUNCH_STATE_DIR": str(env.scratch / "state")},
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"vllm-launch up exited with {proc.returncode}; see {log}")
-        if status(f"http://127.0.0.1:{port}/v1/models", KEY) == 200:
-            return proc
-        time.sleep(0.5)
-    stop_group(proc)
-    raise RuntimeError("the tiny server did not become ready in 300 s")
+    return up_until_ready(env, port, log)
 
 
 def api_server(launcher: subprocess.Popen[bytes]) -> psutil.Process:
@@ -101,14 +89,6 @@ def watched_cpu(server: psutil.Process, seconds: float, environ: dict[str, str])
     if code != 0:
         raise SystemExit(f"status --watch exited {code} on Ctrl-C, not 0")
     return used(before, after), own_after - own_before
-
-
-def _drain(fd: int) -> None:
-    try:
-        while os.read(fd, 65536):
-            pass
-    except OSError:
-        pass
 
 
 def main() -> int:
