@@ -82,6 +82,7 @@ class Point:
     users: int
     tokens_per_s: float
     spread: float = 0.0  # relative range of tokens/s over the runs at that level
+    users_spread: int = 0  # max - min of the users at the SLO over rounds (tune reports it; theirs is one answer)
 
 
 def parse_slo(text: str) -> dict[str, float]:
@@ -211,12 +212,17 @@ def read_sweep(experiment: Path, slo: dict[str, float]) -> tuple[list[Point], li
     return list(points.values()), levels
 
 
-def read_tune(doc: dict[str, Any]) -> tuple[list[Point], str | None, float]:
-    """tune --json → (candidates, the winner's label or None, tune's own wall seconds). Its keys, in one place."""
-    points = [Point(str(c["label"]), int(c.get("users_at_slo") or 0), float(c.get("output_tokens_per_s") or 0.0))
-              for c in doc["candidates"]]
+def read_tune(doc: dict[str, Any]) -> tuple[list[Point], str | None, float, dict[str, float] | None]:
+    """tune --json → (candidates, the winner's label or None, tune's own wall seconds, the winner's gains over
+    the profile as written). tune's keys are read here and nowhere else."""
+    points = [Point(str(c["label"]), int(c.get("users_at_slo") or 0), float(c.get("output_tokens_per_s") or 0.0),
+                    float(c.get("output_tokens_per_s_spread") or 0.0), int(c.get("spread") or 0))
+              for c in doc["candidates"] if c.get("status") in (None, "measured")]
     winner = doc.get("winner")
-    return points, (str(winner["label"]) if winner else None), float(doc.get("wall_s", float("nan")))
+    gains = (winner or {}).get("gains")
+    told = None if not gains else {"users_ratio": float(gains["users"] or "nan"),
+                                   "tokens_per_s_ratio": float(gains["output_tokens_per_s"] or "nan")}
+    return points, (str(winner["label"]) if winner else None), float(doc.get("wall_s", float("nan"))), told
 
 
 def winner_of(points: list[Point]) -> Point | None:
@@ -234,39 +240,57 @@ def gain(points: list[Point], winner: str | None) -> dict[str, float] | None:
             "tokens_per_s_ratio": best.tokens_per_s / base.tokens_per_s if base.tokens_per_s else float("inf")}
 
 
-def agree(theirs: list[Point], ours_winner: str | None, tolerance: float) -> bool:
+def equivalent(points: list[Point], other: str, tolerance: float) -> bool:
+    """By this tool's measurements, `other` is as good as its winner within their spread: as many users at the
+    SLO (less the winner's spread over rounds) and output tokens/s within the tolerance or measured spread."""
+    best = winner_of(points)
+    mine = next((p for p in points if same_point(p.label, other)), None)
+    if best is None or mine is None:
+        return False
+    return (mine.users >= best.users - best.users_spread
+            and mine.tokens_per_s >= best.tokens_per_s * (1 - max(tolerance, best.spread, mine.spread)))
+
+
+def agree(theirs: list[Point], ours: list[Point], ours_winner: str | None, tolerance: float) -> bool:
+    """The same winner, or either tool finds the other's winner as good as its own."""
     best = winner_of(theirs)
     if best is None or ours_winner is None:
         return best is None and ours_winner is None
-    if same_point(best.label, ours_winner):
-        return True
-    mine = next((p for p in theirs if same_point(p.label, ours_winner)), None)
-    within = max(tolerance, best.spread)
-    return mine is not None and mine.users == best.users and mine.tokens_per_s >= best.tokens_per_s * (1 - within)
+    return (same_point(best.label, ours_winner) or equivalent(theirs, ours_winner, tolerance)
+            or equivalent(ours, best.label, tolerance))
 
 
 def run_ours(args: argparse.Namespace, profile: Path, env: dict[str, str], scratch: Path) -> dict[str, Any]:
     """tune on the same profile and grid; {'error': one line} when this checkout has no `tune` yet."""
     base = [sys.executable, "-m", "launcher", "tune"]
+    env = {**env, "PYTHONPATH": os.pathsep.join((str(args.launcher), env["PYTHONPATH"]))}
     probe = subprocess.run([*base, "--help"], cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     if probe.returncode != 0:
-        return {"error": "`vllm-launch tune` is not in this checkout yet (`python -m launcher tune --help` exited "
-                         f"{probe.returncode}); rerun once it has landed"}
-    argv = [*base, str(profile), "--slo", args.slo, "--rounds", str(args.rounds), "--json", *args.tune_arg]
+        return {"error": f"`vllm-launch tune` is not in {args.launcher} yet (`python -m launcher tune --help` "
+                         f"exited {probe.returncode}); rerun once it has landed"}
+    most = args.cap if args.theirs == "levels" else args.num_prompts
+    argv = [*base, str(profile), "--slo", args.slo, "--rounds", str(args.rounds), "--json",
+            "--workload", args.tune_workload, "--shared-prefix", str(args.prefix), "--turn-tokens", str(args.input),
+            "--max-tokens", str(args.output), "--context", str(args.context), "--max-users", str(most), *args.tune_arg]
     for grid in args.grid:
         argv += ["--grid", grid]
     code, wall = run_group(argv, env, scratch / "tune.out", args.timeout)
     if code != 0:
         return {"error": f"tune exited {code}: {first_error(scratch / 'tune.err')} (its output: {scratch})",
                 "wall_s": wall}
-    points, winner, own_wall = read_tune(json.loads((scratch / "tune.out").read_text()))
+    points, winner, own_wall, told = read_tune(json.loads((scratch / "tune.out").read_text()))
     return {"wall_s": wall, "tune_wall_s": own_wall, "winner": winner, "candidates": [vars_of(p) for p in points],
-            "gain": gain(points, winner)}
+            "gain": told or gain(points, winner)}
 
 
 def vars_of(point: Point) -> dict[str, Any]:
     return {"label": point.label, "users_at_slo": point.users, "output_tokens_per_s": round(point.tokens_per_s, 3),
-            "spread": round(point.spread, 4)}
+            "spread": round(point.spread, 4), "users_spread": point.users_spread}
+
+
+def points_of(result: dict[str, Any]) -> list[Point]:
+    return [Point(c["label"], c["users_at_slo"], c["output_tokens_per_s"], c["spread"], c["users_spread"])
+            for c in result["candidates"]]
 
 
 def first_error(path: Path) -> str:
@@ -331,8 +355,11 @@ def main() -> int:
     parser.add_argument("--prefix", type=int, default=32, help="their shared prefix tokens")
     parser.add_argument("--input", type=int, default=32, help="their fresh input tokens a request")
     parser.add_argument("--output", type=int, default=16, help="output tokens a request (ignore_eos)")
+    parser.add_argument("--context", type=int, default=256, help="tune --context: where a conversation ends")
     parser.add_argument("--num-prompts", type=int, default=16, help="their requests a level")
     parser.add_argument("--tolerance", type=float, default=0.1, help="agreement: output tokens/s within this")
+    parser.add_argument("--tune-workload", choices=("agent", "random"), default="agent", help="tune --workload")
+    parser.add_argument("--launcher", type=Path, default=ROOT, help="the checkout whose `python -m launcher tune` runs")
     parser.add_argument("--tune-arg", action="append", default=[], help="one more argument for tune (repeatable)")
     parser.add_argument("--skip-ours", action="store_true", help="only theirs")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds each tool may take")
@@ -359,8 +386,7 @@ def main() -> int:
     figures: dict[str, Any] = {"profile": str(args.profile), "grid": args.grid, "slo": args.slo,
                                "rounds": args.rounds, "theirs": theirs, "ours": ours, "leftover_pids": left}
     if "error" not in ours:
-        figures["agree"] = agree([Point(c["label"], c["users_at_slo"], c["output_tokens_per_s"], c["spread"])
-                                  for c in theirs["candidates"]], ours["winner"], args.tolerance)
+        figures["agree"] = agree(points_of(theirs), points_of(ours), ours["winner"], args.tolerance)
         figures["wall_ratio"] = ours["wall_s"] / theirs["wall_s"]
         print(f"  winners agree: {'yes' if figures['agree'] else 'no'}; wall ours/theirs "
               f"{figures['wall_ratio']:.2f} (goal: <= 0.6)")
