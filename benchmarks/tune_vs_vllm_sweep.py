@@ -216,17 +216,28 @@ def read_sweep(experiment: Path, slo: dict[str, float]) -> tuple[list[Point], li
     return list(points.values()), levels
 
 
-def read_tune(doc: dict[str, Any]) -> tuple[list[Point], str | None, float, dict[str, float] | None]:
-    """tune --json → (candidates, the winner's label or None, tune's own wall seconds, the winner's gains over
-    the profile as written). tune's keys are read here and nowhere else."""
+@dataclass(frozen=True, slots=True)
+class Tuned:
+    points: list[Point]
+    winner: str | None  # the profile as written ("baseline") when tune keeps it
+    wall_s: float  # tune's own figure
+    gain: dict[str, float] | None
+    summary: str
+
+
+def read_tune(doc: dict[str, Any]) -> Tuned:
+    """tune --json, read here and nowhere else: its keys are tune's to change."""
     points = [Point(str(c["label"]), int(c.get("users_at_slo") or 0), float(c.get("output_tokens_per_s") or 0.0),
                     float(c.get("output_tokens_per_s_spread") or 0.0), int(c.get("spread") or 0))
               for c in doc["candidates"] if c.get("status") in (None, "measured")]
     winner = doc.get("winner")
+    label = str(winner["label"]) if winner else None
+    if label is None and doc.get("verdict") == "baseline_is_best":
+        label = "baseline"  # no winner over the profile as written: it is tune's pick, at a gain of 1
     gains = (winner or {}).get("gains")
     told = None if not gains else {"users_ratio": float(gains["users"] or "nan"),
                                    "tokens_per_s_ratio": float(gains["output_tokens_per_s"] or "nan")}
-    return points, (str(winner["label"]) if winner else None), float(doc.get("wall_s", float("nan"))), told
+    return Tuned(points, label, float(doc.get("wall_s", float("nan"))), told, str(doc.get("summary", "")))
 
 
 def winner_of(points: list[Point]) -> Point | None:
@@ -283,14 +294,26 @@ def run_ours(args: argparse.Namespace, profile: Path, env: dict[str, str], scrat
     if code != 0:
         return {"error": f"tune exited {code}: {first_error(scratch / 'tune.err')} (its output: {scratch})",
                 "wall_s": wall}
-    points, winner, own_wall, told = read_tune(json.loads((scratch / "tune.out").read_text()))
-    return {"wall_s": wall, "tune_wall_s": own_wall, "winner": winner, "candidates": [vars_of(p) for p in points],
-            "gain": told or gain(points, winner)}
+    tuned = read_tune(json.loads((scratch / "tune.out").read_text()))
+    return {"wall_s": wall, "tune_wall_s": tuned.wall_s, "winner": tuned.winner, "summary": tuned.summary,
+            "candidates": [vars_of(p) for p in tuned.points], "gain": tuned.gain or gain(tuned.points, tuned.winner)}
 
 
 def vars_of(point: Point) -> dict[str, Any]:
     return {"label": point.label, "users_at_slo": point.users, "output_tokens_per_s": round(point.tokens_per_s, 3),
             "spread": round(point.spread, 4), "users_spread": point.users_spread}
+
+
+SIZES = ("prefix", "input", "output", "context", "num_prompts", "theirs", "workload_iters", "cap", "tune_workload")
+
+
+def checkout(path: Path) -> str:
+    """Which code `tune` was: the checkout's commit, '+ changes' when its tree differs from it."""
+    head = subprocess.run(["git", "-C", str(path), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          check=False).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, check=False).stdout.strip()
+    return f"{path} {head or '(not a git checkout)'}{' + changes' if dirty else ''}"
 
 
 def points_of(result: dict[str, Any]) -> list[Point]:
@@ -342,6 +365,8 @@ def show(name: str, result: dict[str, Any]) -> None:
     print(f"  {name}: {result['wall_s']:.1f} s, winner {result['winner'] or '(none meets the SLO)'}")
     for cand in result["candidates"]:
         print(f"    {cand['label']:36} {cand['users_at_slo']:4d} users  {cand['output_tokens_per_s']:9.1f} tok/s")
+    if result.get("summary"):
+        print(f"    tune: {result['summary']}")
     if result.get("gain"):
         print(f"    tuned vs as written: users x{result['gain']['users_ratio']:.2f}, "
               f"output tokens/s x{result['gain']['tokens_per_s_ratio']:.2f}")
@@ -389,7 +414,9 @@ def main() -> int:
     show("theirs", theirs)
     show("ours", ours)
     figures: dict[str, Any] = {"profile": str(args.profile), "grid": args.grid, "slo": args.slo,
-                               "rounds": args.rounds, "theirs": theirs, "ours": ours, "leftover_pids": left}
+                               "rounds": args.rounds, "sizes": {k: getattr(args, k) for k in SIZES},
+                               "tune_checkout": checkout(args.launcher), "theirs": theirs, "ours": ours,
+                               "leftover_pids": left}
     if "error" not in ours:
         figures["agree"] = agree(points_of(theirs), points_of(ours), ours["winner"], args.tolerance)
         figures["wall_ratio"] = ours["wall_s"] / theirs["wall_s"]
