@@ -57,10 +57,10 @@ class RunFailed(ServerError):
         super().__init__(message, Outcome.FAILED)
 
 
-def prepare(server: Server, model: str, settings: Settings, context: int) -> Prepared:
+def prepare(server: Server, model: str, settings: Settings, context: int, maker: TextMaker | None = None) -> Prepared:
     """Every prompt of the run, sized with the server's tokenizer before the clock starts (no /tokenize in
-    the measured part)."""
-    maker = TextMaker(lambda text: server.count_tokens(model, text=text))
+    the measured part). A `maker` from an earlier run against the same server keeps its word costs."""
+    maker = maker or TextMaker(lambda text: server.count_tokens(model, text=text))
     system = maker.make(settings.shared_prefix, user_rng(settings.seed, -1))
     sample = maker.make(settings.turn_tokens, user_rng(settings.seed, -2))
     opening = [{"role": "system", "content": system}] if system else []

@@ -18,7 +18,7 @@ from launcher.bench import runner
 from launcher.bench.client import Server, ServerError
 from launcher.bench.command import Target, check_settings, supervised
 from launcher.bench.stats import totals
-from launcher.bench.workload import Settings
+from launcher.bench.workload import Settings, TextMaker
 from launcher.config.profile import Profile
 from launcher.errors import Outcome
 from launcher.tune import slo as slo_
@@ -67,13 +67,26 @@ class Measured:
     rung: dict[str, object] = field(default_factory=dict)  # what the supervisor's ladder changed, if anything
 
 
-def level_settings(plan: Plan, round_: int, users: int, first: bool) -> Settings:
+def level_settings(plan: Plan, round_: int, users: int) -> Settings:
     """The workload of one level: enough requests to fill the SLO's highest percentile, spread over `users`,
     with a seed of its own so that no level replays another's prompts into the prefix cache (every candidate
-    gets the same seeds, so they all see the same prompts)."""
+    gets the same seeds, so they all see the same prompts). The server was warmed before the first level."""
     needed = slo_.requests_needed(plan.slo)
     return replace(plan.workload, users=users, turns=max(1, math.ceil(needed / users)), duration_s=None,
-                   warmup=plan.workload.warmup if first else 0, seed=plan.workload.seed + 100_003 * round_ + users)
+                   warmup=0, seed=plan.workload.seed + 100_003 * round_ + users)
+
+
+WARMUP_USERS = 4
+WARMUP_TURNS = 2
+
+
+def warmup_settings(plan: Plan) -> Settings:
+    """The unscored run a fresh server gets before its first level. A server's first requests are slow (kernels
+    compiled or tuned per batch shape, caches cold), and without this whichever level comes first, the
+    baseline's 1 user, would pay for it and lose to candidates measured on a warm server. A few users at
+    once, so more than one batch shape is warm; a seed no level uses, so nothing it caches helps a level."""
+    return replace(plan.workload, users=min(WARMUP_USERS, plan.most_users), turns=WARMUP_TURNS, duration_s=None,
+                   warmup=0, seed=plan.workload.seed - 1_000_003)
 
 
 def figures_of(run: runner.Run, users: int) -> dict[str, float]:
@@ -94,6 +107,7 @@ class CandidateRun:
         self.server: supervised | None = None
         self.measured = Measured(candidate, "measured")
         self.context: int | None = None
+        self.maker: TextMaker | None = None  # the word costs, learnt once per server
 
     def run(self) -> Measured:
         if self.record.verdict is not None:  # cached: it could not start, or it died, on this same setup
@@ -120,13 +134,14 @@ class CandidateRun:
             return cached.met
         if self.plan.deadline is not None and time.monotonic() >= self.plan.deadline:
             raise CandidateStopped("budget", "the --budget ran out before this candidate was fully measured")
-        first = self.server is None
-        if first:
-            self.start()
-        self.check_serving()
         try:
-            level = self.measure(round_, users, first)
+            if self.server is None:
+                self.start()  # and its warm-up run
+            self.check_serving()
+            level = self.measure(round_, users)
         except ServerError as exc:  # the benchmark itself failed (a void run, /tokenize refused)
+            if self.server is None:
+                raise CandidateStopped("infeasible", str(exc)) from None
             self.check_serving(wait=True)
             raise CandidateStopped("failed", str(exc)) from None
         # A death during the run voids it: raise before it is recorded. Failed requests accuse the server; the
@@ -155,6 +170,8 @@ class CandidateRun:
         context = self.plan.workload.context or served.max_model_len or 4096
         check_settings(replace(self.plan.workload, users=1), context, served.max_model_len)
         self.context = context
+        self.maker = TextMaker(lambda text: client.count_tokens(served.model, text=text))
+        self.run_workload(client, served.model, replace(warmup_settings(self.plan), context=context))
 
     def check_serving(self, wait: bool = False) -> None:
         """CandidateStopped("died") when the server no longer serves; with `wait`, after watching the
@@ -168,14 +185,17 @@ class CandidateRun:
                 return
             time.sleep(0.5)
 
-    def measure(self, round_: int, users: int, first: bool) -> Level:
-        settings = replace(level_settings(self.plan, round_, users, first), context=self.context)
-        client = Server(self.plan.target.base_url, self.plan.target.api_key)
-        model = client.served(self.plan.target.model).model
-        prepared = runner.prepare(client, model, settings, settings.context or 4096)
+    def run_workload(self, client: Server, model: str, settings: Settings) -> runner.Run:
+        prepared = runner.prepare(client, model, settings, settings.context or 4096, maker=self.maker)
         run = runner.run(client, prepared, settings)
         if run.interrupted:
-            raise KeyboardInterrupt  # the operator stopped it: the partial level is not scored
+            raise KeyboardInterrupt  # the operator stopped it: the partial run is not scored
+        return run
+
+    def measure(self, round_: int, users: int) -> Level:
+        settings = replace(level_settings(self.plan, round_, users), context=self.context)
+        client = Server(self.plan.target.base_url, self.plan.target.api_key)
+        run = self.run_workload(client, client.served(self.plan.target.model).model, settings)
         level_totals = totals(run.results, run.duration_s, users)
         broken = tuple(self.plan.slo.violations(level_totals))
         return Level(round_, users, not broken, figures_of(run, users), broken)

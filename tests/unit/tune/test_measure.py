@@ -8,7 +8,7 @@ from launcher.bench.workload import Settings
 from launcher.config.load import loads
 from launcher.tune import slo
 from launcher.tune.command import workload_settings
-from launcher.tune.measure import Plan, level_settings
+from launcher.tune.measure import Plan, level_settings, warmup_settings
 
 PROFILE = loads("model: m\nvllm:\n  host: 127.0.0.1\n")
 
@@ -22,21 +22,24 @@ def plan(text: str, workload: str = "agent") -> Plan:
 def test_a_level_sends_enough_requests_for_the_percentile_spread_over_its_users() -> None:
     p95 = plan("ttft_p95<=2s")
     for users in (1, 3, 7, 40, 64):
-        s = level_settings(p95, 0, users, first=False)
+        s = level_settings(p95, 0, users)
         assert s.users == users and s.users * s.turns >= 40 and s.duration_s is None
         assert s.turns == 1 or s.users * (s.turns - 1) < 40, "no more turns than needed"
 
 
 def test_every_level_has_its_own_seed_and_candidates_share_them() -> None:
     p = plan("ttft_p50<=1s")
-    seeds = {(r, u): level_settings(p, r, u, first=False).seed for r in (0, 1) for u in (1, 2, 4, 8)}
+    seeds = {(r, u): level_settings(p, r, u).seed for r in (0, 1) for u in (1, 2, 4, 8)}
     assert len(set(seeds.values())) == len(seeds), "no level replays another's prompts into the prefix cache"
-    assert seeds == {(r, u): level_settings(plan("ttft_p50<=1s"), r, u, first=False).seed for r, u in seeds}
+    assert seeds == {(r, u): level_settings(plan("ttft_p50<=1s"), r, u).seed for r, u in seeds}
 
 
-def test_only_the_first_level_of_a_server_warms_it_up() -> None:
+def test_a_fresh_server_is_warmed_by_a_run_no_level_shares_a_seed_with() -> None:
     p = plan("ttft_p50<=1s")
-    assert level_settings(p, 0, 1, first=True).warmup == 1 and level_settings(p, 0, 2, first=False).warmup == 0
+    warm = warmup_settings(p)
+    assert warm.users > 1 and warm.turns >= 1 and warm.warmup == 0
+    assert warm.seed not in {level_settings(p, r, u).seed for r in range(10) for u in range(1, 257)}
+    assert all(level_settings(p, 0, u).warmup == 0 for u in (1, 2, 8)), "levels are all measured warm"
 
 
 def test_the_workloads() -> None:

@@ -58,7 +58,7 @@ def test_a_partly_cached_candidate_measures_only_what_is_missing(tmp_path: Path,
         def lost(self) -> None:
             return None
 
-    def fake_measure(self: CandidateRun, round_: int, users: int, first: bool) -> Level:
+    def fake_measure(self: CandidateRun, round_: int, users: int) -> Level:
         measured.append(users)
         return level(users)
 
