@@ -12,11 +12,12 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from launcher.bench import report, runner
 from launcher.bench.client import Server, ServerError
@@ -174,10 +175,13 @@ class supervised:  # noqa: N801 - used as a context manager, like contextlib's
         self.environ = environ
         self.ready_timeout_s = ready_timeout_s
         self.proc: subprocess.Popen[bytes] | None = None
+        self.errors: IO[bytes] | None = None
         self.ready: State | None = None
 
     def __enter__(self) -> supervised:
-        self.proc = subprocess.Popen(self.argv, env=self.environ, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        # Its stderr goes to a file, not a pipe: nobody reads a pipe while it serves, and one that fills blocks it.
+        self.errors = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(self.argv, env=self.environ, stdout=subprocess.DEVNULL, stderr=self.errors,
                                      start_new_session=True)
         deadline = time.monotonic() + self.ready_timeout_s
         try:
@@ -220,7 +224,11 @@ class supervised:  # noqa: N801 - used as a context manager, like contextlib's
         found = read_state(self.state)
         if found is not None and self.proc is not None and found.pid == self.proc.pid and found.error:
             return found.error[:500]
-        tail = (self.proc.stderr.read() if self.proc is not None and self.proc.stderr else b"")
+        tail = b""
+        if self.errors is not None:
+            size = self.errors.seek(0, os.SEEK_END)
+            self.errors.seek(max(0, size - 65536))
+            tail = self.errors.read()
         lines = tail.decode(errors="replace").strip().splitlines()
         return lines[-1][:500] if lines else "no output"
 
@@ -232,6 +240,9 @@ class supervised:  # noqa: N801 - used as a context manager, like contextlib's
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+        if self.errors is not None:
+            self.errors.close()
+            self.errors = None
 
 
 def _restarts(state: State) -> int:
