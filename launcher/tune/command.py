@@ -26,7 +26,7 @@ from launcher.bench.command import resolve_target
 from launcher.bench.report import plotting_available, to_json
 from launcher.bench.workload import Settings
 from launcher.config import document
-from launcher.config.load import load
+from launcher.config.load import loads
 from launcher.errors import EX_OK, TransientFailure, UsageError
 from launcher.plan.report import PlanReport, PlanRequest, run_plan
 from launcher.run.locks import lock_holder
@@ -72,7 +72,8 @@ def tune(request: Request, environ: Mapping[str, str] | None = None) -> int:
     environ = dict(os.environ if environ is None else environ)
     started = time.monotonic()
     _check_request(request)
-    profile = load(request.profile)
+    text = document.read_text(request.profile)  # read once: the profile measured is the profile keyed
+    profile = loads(text, source=request.profile, name=Path(request.profile).stem)
     directory = ensure_state_dirs(state_root(environ), profile.name)
     holder = lock_holder(directory / "lock")
     if holder is not None:
@@ -97,7 +98,7 @@ def tune(request: Request, environ: Mapping[str, str] | None = None) -> int:
                 slo=request.slo, workload=settings, rounds=request.rounds, most_users=request.most_users,
                 deadline=None if request.budget_s is None else started + request.budget_s, environ=environ)
     store = Store(directory / "tune")
-    profile_bytes = document.read_text(request.profile).encode()
+    profile_bytes = text.encode()
     workload_key = {**asdict(settings), "workload": request.workload, "rounds": request.rounds,
                     "most_users": request.most_users}
     progress = Progress(len(ordered), enabled=not request.as_json and sys.stderr.isatty())
@@ -117,6 +118,12 @@ def tune(request: Request, environ: Mapping[str, str] | None = None) -> int:
                 interrupted = True
                 break
             progress.done()
+            if candidate.baseline and run.measured.status == "infeasible":
+                # Every candidate is the baseline plus a flag: what stops the profile as written (a port, the
+                # GPU, the model) would stop them all, and would be recorded against each one.
+                raise TransientFailure(f"the profile as written did not start ({run.measured.reason}); tune "
+                                       f"measures every candidate against it: fix that first (`vllm-launch up "
+                                       f"{request.profile}` shows why)")
     doc = _document(request, base, gpu, settings, results, pruned, ordered, time.monotonic() - started, interrupted)
     _finish(request, doc, results)
     return EX_INTERRUPTED if interrupted else EX_OK

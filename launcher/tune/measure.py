@@ -117,7 +117,8 @@ class CandidateRun:
             self.measured.answer = users_at_slo(self.meets, most=self.plan.most_users, rounds=self.plan.rounds)
         except CandidateStopped as stop:
             self.measured.status, self.measured.reason = stop.status, stop.reason
-            if stop.status in ("infeasible", "died"):
+            # The baseline's failure to start is not cached: it stops the tune, and is to be fixed, not remembered.
+            if stop.status == "died" or (stop.status == "infeasible" and not self.candidate.baseline):
                 self.record.verdict, self.record.diagnosis = stop.status, stop.reason
                 self.store.save(self.record)
         except KeyboardInterrupt:

