@@ -307,13 +307,22 @@ def vars_of(point: Point) -> dict[str, Any]:
 SIZES = ("prefix", "input", "output", "context", "num_prompts", "theirs", "workload_iters", "cap", "tune_workload")
 
 
+def _shown(path: Path) -> str:
+    """The profile as the figures name it: relative to the repository when it is in it."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return path.name
+
+
 def checkout(path: Path) -> str:
     """Which code `tune` was: the checkout's commit, '+ changes' when its tree differs from it."""
     head = subprocess.run(["git", "-C", str(path), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                           check=False).stdout.strip()
     dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True, check=False).stdout.strip()
-    return f"{path} {head or '(not a git checkout)'}{' + changes' if dirty else ''}"
+    where = "this checkout" if path.resolve() == ROOT else "another checkout"  # no local paths in the figures
+    return f"{where} {head or '(not a git checkout)'}{' + changes' if dirty else ''}"
 
 
 def points_of(result: dict[str, Any]) -> list[Point]:
@@ -413,7 +422,7 @@ def main() -> int:
     print(f"grid {' '.join(args.grid)} + baseline, SLO {args.slo}, {args.rounds} round(s); {args.profile.name}")
     show("theirs", theirs)
     show("ours", ours)
-    figures: dict[str, Any] = {"profile": str(args.profile), "grid": args.grid, "slo": args.slo,
+    figures: dict[str, Any] = {"profile": _shown(args.profile), "grid": args.grid, "slo": args.slo,
                                "rounds": args.rounds, "sizes": {k: getattr(args, k) for k in SIZES},
                                "tune_checkout": checkout(args.launcher), "theirs": theirs, "ours": ours,
                                "leftover_pids": left}
