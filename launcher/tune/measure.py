@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from launcher.bench import runner
 from launcher.bench.client import Server, ServerError
 from launcher.bench.command import Target, check_settings, supervised
-from launcher.bench.stats import totals
+from launcher.bench.stats import Totals, totals
 from launcher.bench.workload import Settings, TextMaker
 from launcher.config.profile import Profile
 from launcher.errors import Outcome
@@ -89,8 +89,7 @@ def warmup_settings(plan: Plan) -> Settings:
                    warmup=0, seed=plan.workload.seed - 1_000_003)
 
 
-def figures_of(run: runner.Run, users: int) -> dict[str, float]:
-    t = totals(run.results, run.duration_s, users)
+def figures_of(t: Totals) -> dict[str, float]:
     return {"ttft_p95_ms": t.ttft_ms["p95"], "tpot_p95_ms": t.tpot_ms["p95"],
             "output_tokens_per_s": t.output_tokens_per_s,
             "output_tokens_per_s_per_user": t.output_tokens_per_s_per_user, "requests": float(t.completed),
@@ -106,8 +105,11 @@ class CandidateRun:
         self.on_level = on_level
         self.server: supervised | None = None
         self.measured = Measured(candidate, "measured")
+        # Of the server once it serves: how to reach it, the model it serves, the context, the word costs.
+        self.client: Server | None = None
+        self.model = ""
         self.context: int | None = None
-        self.maker: TextMaker | None = None  # the word costs, learnt once per server
+        self.maker: TextMaker | None = None
 
     def run(self) -> Measured:
         if self.record.verdict is not None:  # cached: it could not start, or it died, on this same setup
@@ -166,13 +168,13 @@ class CandidateRun:
         self.server = server
         if server.ready is not None:
             self.measured.rung = dict(server.ready.rung)
-        client = Server(self.plan.target.base_url, self.plan.target.api_key)
+        client = self.client = Server(self.plan.target.base_url, self.plan.target.api_key)
         served = client.served(self.plan.target.model)
-        context = self.plan.workload.context or served.max_model_len or 4096
-        check_settings(replace(self.plan.workload, users=1), context, served.max_model_len)
-        self.context = context
+        self.model = served.model
+        self.context = self.plan.workload.context or served.max_model_len or 4096
+        check_settings(replace(self.plan.workload, users=1), self.context, served.max_model_len)
         self.maker = TextMaker(lambda text: client.count_tokens(served.model, text=text))
-        self.run_workload(client, served.model, replace(warmup_settings(self.plan), context=context))
+        self.run_workload(replace(warmup_settings(self.plan), context=self.context))
 
     def check_serving(self, wait: bool = False) -> None:
         """CandidateStopped("died") when the server no longer serves; with `wait`, after watching the
@@ -186,20 +188,20 @@ class CandidateRun:
                 return
             time.sleep(0.5)
 
-    def run_workload(self, client: Server, model: str, settings: Settings) -> runner.Run:
-        prepared = runner.prepare(client, model, settings, settings.context or 4096, maker=self.maker)
-        run = runner.run(client, prepared, settings)
+    def run_workload(self, settings: Settings) -> runner.Run:
+        if self.client is None:
+            raise RuntimeError("run_workload before start")
+        prepared = runner.prepare(self.client, self.model, settings, settings.context or 4096, maker=self.maker)
+        run = runner.run(self.client, prepared, settings)
         if run.interrupted:
             raise KeyboardInterrupt  # the operator stopped it: the partial run is not scored
         return run
 
     def measure(self, round_: int, users: int) -> Level:
-        settings = replace(level_settings(self.plan, round_, users), context=self.context)
-        client = Server(self.plan.target.base_url, self.plan.target.api_key)
-        run = self.run_workload(client, client.served(self.plan.target.model).model, settings)
+        run = self.run_workload(replace(level_settings(self.plan, round_, users), context=self.context))
         level_totals = totals(run.results, run.duration_s, users)
         broken = tuple(self.plan.slo.violations(level_totals))
-        return Level(round_, users, not broken, figures_of(run, users), broken)
+        return Level(round_, users, not broken, figures_of(level_totals), broken)
 
     def stop(self) -> None:
         if self.server is not None:
