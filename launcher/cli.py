@@ -9,12 +9,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from launcher import __version__
-from launcher.errors import EX_ARGPARSE_USAGE, EX_CONFIG, EX_OK, EXIT_CODES, LauncherError, UsageError
+from launcher.errors import EX_ARGPARSE_USAGE, EX_CONFIG, EX_INTERRUPTED, EX_OK, EXIT_CODES, LauncherError, UsageError
 
 if TYPE_CHECKING:
     from launcher.bench.workload import Settings
-
-EX_INTERRUPTED = 130  # as a shell reports a command that SIGINT ended
 
 EPILOG = """exit codes: 0 clean stop · 2 usage · 75 start-up failed in a way a later try may fix (ladder or
 restart budget exhausted) · 78 the profile, a flag, the model or the GPU can never work as configured"""

@@ -18,6 +18,7 @@ EX_OK = 0
 EX_ARGPARSE_USAGE = 2
 EX_TEMPFAIL = 75
 EX_CONFIG = 78
+EX_INTERRUPTED = 130  # as a shell reports a command that SIGINT ended
 
 
 class Outcome(enum.Enum):

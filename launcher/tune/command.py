@@ -27,7 +27,7 @@ from launcher.bench.report import plotting_available, to_json
 from launcher.bench.workload import Settings
 from launcher.config import document
 from launcher.config.load import loads
-from launcher.errors import EX_OK, TransientFailure, UsageError
+from launcher.errors import EX_INTERRUPTED, EX_OK, TransientFailure, UsageError
 from launcher.plan.report import PlanReport, PlanRequest, run_plan
 from launcher.run.locks import lock_holder
 from launcher.statedir import ensure_state_dirs, state_root
@@ -37,9 +37,8 @@ from launcher.tune.cache import Level, Record, Store, key_of
 from launcher.tune.candidates import Candidate
 from launcher.tune.measure import CandidateRun, Measured, Plan
 from launcher.tune.slo import Slo, requests_needed
-from launcher.tune.write import write_profile
+from launcher.tune.write import refuse_existing, write_profile
 
-EX_INTERRUPTED = 130
 WORKLOADS = ("agent", "random")
 
 
@@ -150,8 +149,8 @@ def _check_request(request: Request) -> None:
         raise UsageError("--budget: give a positive duration such as 45m")
     if request.plot and not plotting_available():
         raise UsageError("--plot needs matplotlib: pip install 'vllm-launch[plot]'")
-    if request.write and (Path(request.write).exists() or Path(request.write).is_symlink()):
-        raise UsageError(f"--write {request.write}: the file exists; tune never writes over a file: give a new name")
+    if request.write:
+        refuse_existing(request.write)  # now, not after an hour of measuring
 
 
 def _document(request: Request, base: PlanReport, gpu: str, settings: Settings,

@@ -27,10 +27,19 @@ def tuned_text(original: str, source: str, sets: Sequence[str], evidence: Sequen
     return "\n".join(header) + "\n" + body
 
 
+def refuse_existing(path: str) -> None:
+    """UsageError when `path` names anything already (a link too): tune never writes over a file."""
+    if Path(path).exists() or Path(path).is_symlink():
+        raise _exists(path)
+
+
+def _exists(path: str) -> UsageError:
+    return UsageError(f"--write {path}: the file exists; tune never writes over a file: give a new name")
+
+
 def write_profile(path: str, original_path: str, sets: Sequence[str], evidence: Sequence[str]) -> Path:
     target = Path(path)
-    if target.exists() or target.is_symlink():
-        raise UsageError(f"--write {path}: the file exists; tune never writes over a file: give a new name")
+    refuse_existing(path)
     original = document.read_text(original_path)
     text = tuned_text(original, original_path, sets, evidence)
     try:  # what is written must be a profile `up` accepts, or nothing is written
@@ -43,7 +52,7 @@ def write_profile(path: str, original_path: str, sets: Sequence[str], evidence: 
     try:  # link(2) fails if the name exists: a file made since the check above is not written over either
         os.link(staged, target)
     except FileExistsError:
-        raise UsageError(f"--write {path}: the file exists; tune never writes over a file: give a new name") from None
+        raise _exists(path) from None
     except OSError as exc:
         raise UsageError(f"--write {path}: cannot write it ({exc.strerror or exc})") from None
     finally:
