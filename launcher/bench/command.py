@@ -167,10 +167,9 @@ class supervised:  # noqa: N801 - used as a context manager, like contextlib's
 
     def __init__(self, spec: str, profile: Profile, sets: str | Sequence[str], environ: dict[str, str],
                  ready_timeout_s: float = READY_TIMEOUT_S) -> None:
-        sets = (sets,) if isinstance(sets, str) else tuple(sets)
-        self.argv = [sys.executable, "-m", "launcher", "up", spec, *(a for s in sets for a in ("--set", s)),
-                     "--log-format", "json"]
-        self.label = " ".join(["vllm-launch up", spec, *(a for s in sets for a in ("--set", s))])
+        words = [spec, *(a for s in ((sets,) if isinstance(sets, str) else sets) for a in ("--set", s))]
+        self.argv = [sys.executable, "-m", "launcher", "up", *words, "--log-format", "json"]
+        self.label = " ".join(["vllm-launch up", *words])
         self.state = state_root(environ) / profile.name / "state.json"
         self.environ = environ
         self.ready_timeout_s = ready_timeout_s

@@ -118,11 +118,8 @@ def candidate_doc(s: Scored) -> dict[str, Any]:
 
 
 def pruned_doc(candidate: Candidate, reason: str) -> dict[str, Any]:
-    return {"label": candidate.label, "overrides": dict(candidate.overrides), "baseline": candidate.baseline,
-            "status": "pruned", "reason": reason, "users_at_slo": None, "round_answers": [], "spread": 0,
-            "capped": False, "output_tokens_per_s": None, "output_tokens_per_s_per_user": None,
-            "ttft_p95_ms": None, "tpot_p95_ms": None, "output_tokens_per_s_spread": 0.0, "levels_measured": 0,
-            "levels_reused": 0, "rung": {}}
+    """A candidate never measured: the same keys, nothing measured in them."""
+    return candidate_doc(Scored(Measured(candidate, "pruned", reason=reason), {}, 0.0))
 
 
 def not_run_doc(candidate: Candidate, reason: str) -> dict[str, Any]:
