@@ -163,5 +163,7 @@ def _dead(proc: psutil.Process) -> bool:
     here, which may be slow) to collect its exit status, and nothing we send can stop it any further."""
     try:
         return proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.Error:
+    except psutil.NoSuchProcess:
         return True
+    except psutil.Error:  # it exists and cannot be read: not known to be stopped
+        return False
