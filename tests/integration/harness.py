@@ -168,16 +168,7 @@ class Launcher:
 
     def our_processes(self) -> list[psutil.Process]:
         """Every live process started for this test (fake vllm and its grandchildren carry our tag)."""
-        found = []
-        for proc in psutil.process_iter(["pid", "status"]):
-            try:
-                if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid == self.proc.pid:
-                    continue
-                if proc.environ().get("FAKE_VLLM_TAG") == self.tag:
-                    found.append(proc)
-            except psutil.Error:
-                continue
-        return found
+        return tagged_processes(self.tag, but=self.proc.pid)
 
     def cleanup(self) -> None:
         if self.proc.poll() is None:
@@ -187,6 +178,20 @@ class Launcher:
             with_suppress(proc.kill)
         if self.notify:
             self.notify.close()
+
+
+def tagged_processes(tag: str, but: int | None = None) -> list[psutil.Process]:
+    """Live processes (not zombies) whose environment carries FAKE_VLLM_TAG=`tag`, except the PID `but`."""
+    found = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid == but:
+                continue
+            if proc.environ().get("FAKE_VLLM_TAG") == tag:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
 
 
 def with_suppress(fn: Callable[[], Any]) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.integration.harness import FAKES, ROOT, Launcher, free_port, poll_for, with_suppress
+from tests.integration.harness import FAKES, ROOT, Launcher, free_port, poll_for, tagged_processes, with_suppress
 from tests.integration.test_up import profile
 
 # TPOT grows with the requests running at once: ~2 ms alone, +50 % for each other one.
@@ -60,11 +60,7 @@ class Tune:
         return [json.loads(line)["argv"] for line in self.argv_log.read_text().splitlines()]
 
     def leftovers(self) -> list[psutil.Process]:
-        found = []
-        for proc in psutil.process_iter(["pid", "status"]):
-            with_suppress(lambda p=proc: found.append(p) if p.info["status"] != psutil.STATUS_ZOMBIE
-                          and p.environ().get("FAKE_VLLM_TAG") == self.tag else None)
-        return found
+        return tagged_processes(self.tag)
 
     def cached_levels(self) -> int:
         return sum(len(json.loads(f.read_text())["levels"]) for f in (self.state / "profile" / "tune").glob("*.json"))
