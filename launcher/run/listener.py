@@ -172,6 +172,15 @@ def verify_connection(sock: socket.socket, ours: Callable[[], Iterable[int]], *,
         sleep(0.01)
 
 
+def resolve_host(host: str) -> str:
+    """A URL's host as the kernel's table writes it: `localhost` and brackets resolved to an address."""
+    bare = host.strip("[]")
+    try:
+        return str(ipaddress.ip_address(bare))
+    except ValueError:
+        return socket.gethostbyname(bare) if bare == "localhost" else bare
+
+
 def _normal(name: tuple[str, int] | tuple[str, int, int, int]) -> tuple[str, int]:
     addr = ipaddress.ip_address(name[0].split("%", 1)[0])
     if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
