@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,6 +28,7 @@ from launcher.config import secrets
 from launcher.config.load import load
 from launcher.config.profile import Profile
 from launcher.errors import EX_CONFIG, EX_OK, Outcome
+from launcher.run import listener, processes
 from launcher.runstate import Phase, State, read_state
 from launcher.statedir import state_root
 from launcher.vllm import command as vllm_command
@@ -52,7 +54,25 @@ def resolve_target(spec: str, environ: Mapping[str, str]) -> Target:
     profile = load(spec)
     plan = vllm_command.build_plan(profile)
     key = secrets.resolve(profile, environ).get("VLLM_API_KEY")
+    prove_served_by_us(profile, plan.base_url, environ)
     return Target(spec, plan.base_url, key, plan.served_model_name, profile)
+
+
+def prove_served_by_us(profile: Profile, base_url: str, environ: Mapping[str, str]) -> None:
+    """When a daemon of ours serves the profile here, the profile's key goes only to its vLLM: every listener on
+    the port must be held by the processes its state records (same boot, PID and start time). A stranger
+    listening beside it (vLLM 0.7.3–0.24 set SO_REUSEPORT) is refused, naming it. No such record: a server
+    started some other way, benchmarked as before."""
+    found = read_state(state_root(environ) / profile.name / "state.json")
+    ours = {proc.pid for proc in processes.recorded_children(found.raw)} if found is not None else set()
+    if not ours:
+        return
+    parts = urllib.parse.urlsplit(base_url)
+    try:
+        listener.verify_listeners(parts.port or 80, listener.resolve_host(parts.hostname or ""), ours)
+    except listener.NotOurServer as exc:
+        raise ServerError(f"{exc}; nothing was sent (the API key least of all): stop that process",
+                          Outcome.CONFIG) from None
 
 
 def check_settings(settings: Settings, context: int, max_model_len: int | None) -> None:

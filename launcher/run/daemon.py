@@ -24,7 +24,7 @@ from launcher.config import flags, nodes, secrets, validate
 from launcher.config.load import load
 from launcher.config.profile import FlagValue, Profile
 from launcher.errors import EX_OK, ConfigError, LauncherError, ProfileError, UsageError
-from launcher.run import container, ladder, logs, metrics, prelaunch, serving, startup, state, supervisor
+from launcher.run import container, ladder, listener, logs, metrics, prelaunch, serving, startup, state, supervisor
 from launcher.run.session import Installed, RunConfig, Session, Stopped, describe_overrides
 from launcher.run.supervisor import Kind
 from launcher.runstate import Decision, Phase
@@ -153,7 +153,7 @@ def _run(session: Session, directory: Path, previous: Any) -> int:
     session.store.update(child=None)
     where = session.config.placement
     if not session.config.worker:
-        prelaunch.check_port(session.profile)
+        listener.check_port(session.profile.host, session.profile.port)
     if where is not None:
         log.info("nodes.placement", rank=where.rank, of=where.count, head=f"{where.master_addr}:{where.master_port}",
                  backend=where.backend,

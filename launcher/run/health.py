@@ -1,15 +1,22 @@
 """HTTP probes of a vLLM server: /health, /v1/models, a 1-token completion. No retries here.
 
 The probes go straight to the server, never through a proxy: `http_proxy` is set for model
-downloads, and a proxy would both break readiness and receive the API key.
+downloads, and a proxy would both break readiness and receive the API key. Given `verify`
+(launcher/run/listener.py), a probe first proves that the server end of its connection is our
+own vLLM; a stranger on the port gets nothing, and the probe says who it is (`not_ours`).
 """
 
 from __future__ import annotations
 
 import json
+import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from launcher.run.listener import NotOurServer
 from launcher.vllm import api, prometheus
+
+Verify = Callable[[socket.socket], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +24,7 @@ class Probe:
     ok: bool
     detail: str
     max_model_len: int | None = None  # what /v1/models reports (the effective context, e.g. after `auto`)
+    not_ours: str | None = None  # who holds the port, when it is not our vLLM (nothing was sent)
 
 
 PROBE_ERRORS = api.ERRORS  # what a probe treats as "nothing answered"
@@ -27,18 +35,27 @@ def get(url: str, timeout: float = 2.0, api_key: str | None = None) -> tuple[int
     return api.request(url, timeout, api_key=api_key)
 
 
-def check_health(base_url: str, timeout: float = 2.0) -> Probe:
+def _stranger(path: str, exc: NotOurServer) -> Probe:
+    return Probe(False, f"{path}: {exc}", not_ours=exc.holder)
+
+
+def check_health(base_url: str, timeout: float = 2.0, verify: Verify | None = None) -> Probe:
     try:
-        status, _ = api.request(f"{base_url}/health", timeout)
+        status, _ = api.request(f"{base_url}/health", timeout, verify=verify)
+    except NotOurServer as exc:
+        return _stranger("/health", exc)
     except PROBE_ERRORS as exc:
         return Probe(False, f"/health: {exc}")
     return Probe(status == 200, f"/health {status}")
 
 
-def check_models(base_url: str, served_name: str, api_key: str | None, timeout: float = 5.0) -> Probe:
+def check_models(base_url: str, served_name: str, api_key: str | None, timeout: float = 5.0,
+                 verify: Verify | None = None) -> Probe:
     """/v1/models must answer (with the key) and list the served name."""
     try:
-        status, body = api.request(f"{base_url}/v1/models", timeout, api_key=api_key)
+        status, body = api.request(f"{base_url}/v1/models", timeout, api_key=api_key, verify=verify)
+    except NotOurServer as exc:
+        return _stranger("/v1/models", exc)
     except PROBE_ERRORS as exc:
         return Probe(False, f"/v1/models: {exc}")
     if status != 200:
@@ -53,11 +70,14 @@ def check_models(base_url: str, served_name: str, api_key: str | None, timeout: 
     return Probe(True, "/v1/models lists the served name", length if isinstance(length, int) else None)
 
 
-def check_completion(base_url: str, served_name: str, api_key: str | None, timeout: float = 30.0) -> Probe:
+def check_completion(base_url: str, served_name: str, api_key: str | None, timeout: float = 30.0,
+                     verify: Verify | None = None) -> Probe:
     """A 1-token completion: the engine really generates."""
     body = {"model": served_name, "prompt": "ping", "max_tokens": 1, "temperature": 0}
     try:
-        status, data = api.request(f"{base_url}/v1/completions", timeout, api_key=api_key, body=body)
+        status, data = api.request(f"{base_url}/v1/completions", timeout, api_key=api_key, body=body, verify=verify)
+    except NotOurServer as exc:
+        return _stranger("/v1/completions", exc)
     except PROBE_ERRORS as exc:
         return Probe(False, f"/v1/completions: {exc}")
     if status != 200:

@@ -107,7 +107,9 @@ def config_message(d: Diagnosis) -> str:
         return ("the model is gated or private (401/403); accept its licence on huggingface.co and give a token: "
                 "hf_token: {env: HF_TOKEN}")
     if d.reason == "port_in_use":
-        return "the port is already in use; stop what listens there or set vllm.port to a free port"
+        holder = n.get("holder")
+        where = f"the port is held by {holder}" if isinstance(holder, str) else "the port is already in use"
+        return f"{where}; stop what listens there or set vllm.port to a free port"
     if d.reason == "unknown_flag":
         return (f"vLLM rejects the arguments {n.get('arguments', '')}; remove or rename them in vllm: "
                 "(see `vllm serve --help=all`)")

@@ -1,4 +1,4 @@
-"""Before the first attempt of `up`: stop our own leftovers, check the port, run the GPU preflight.
+"""Before the first attempt of `up`: stop our own leftovers, run the GPU preflight.
 
 Unlike `plan/preflight.py` (pure checks), this stage acts: it stops processes an earlier run of
 this profile left behind, and re-reads the GPUs once they are gone.
@@ -7,7 +7,6 @@ this profile left behind, and re-reads the GPUs once they are gone.
 from __future__ import annotations
 
 import contextlib
-import socket
 from typing import Any
 
 import structlog
@@ -38,18 +37,6 @@ def stop_recorded_leftovers(previous: Any) -> None:
         if stuck:
             raise PreflightError(f"processes of an earlier run cannot be stopped: {', '.join(stuck)} (a process "
                                  "stuck in the GPU driver needs a reboot)")
-
-
-def check_port(profile: Profile) -> None:
-    """vLLM 0.7.3–0.24 set SO_REUSEPORT, so a second server on a busy port starts silently: check first."""
-    host = profile.host or "0.0.0.0"  # noqa: S104 - the address vLLM will bind
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host.strip("[]"), profile.port))
-        except OSError as exc:
-            raise ConfigError(f"port {profile.port} on {host} is not free ({exc.strerror}); stop what "
-                              "listens there or set vllm.port to a free port") from None
 
 
 def preflight(session: Session) -> tuple[dict[str, FlagValue | None], GpuIdentity]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,7 +19,7 @@ from launcher.run.processes import remembered
 from launcher.run.supervisor import Child, Kind, Outcome, outcome
 from launcher.vllm.command import Plan
 from launcher.vllm.diagnose import Diagnosis
-from launcher.vllm.signatures import KV_INSUFFICIENT, LogEvent
+from launcher.vllm.signatures import CONFIG, KV_INSUFFICIENT, LogEvent
 
 # How long a generic fatal line ("EngineCore failed to start") waits for its root cause.
 ROOT_CAUSE_WAIT_S = 2.0
@@ -131,15 +132,36 @@ def wait_ready(child: Child, stop: threading.Event, check: ReadyCheck, *, on_eve
                                                 "(launcher.startup_timeout)")
         if now >= next_probe:
             next_probe = now + check.interval_s
-            if check.health().ok:
-                models = check.models()
-                if models.ok and (check.completion is None or check.completion().ok):
-                    with child.pump.lock:
-                        cleared = diagnoser.acquit()  # the server answers: a standing line did not end it
-                    if cleared is not None:
-                        on_acquit(cleared, "the server answered /health and /v1/models")
-                    child.remember_descendants()
-                    return outcome(child, Kind.READY, models.detail, max_model_len=models.max_model_len)
+            probes = _probe(check)
+            stranger = next((probe.not_ours for probe in probes if probe.not_ours), None)
+            if stranger is not None:
+                return _port_taken(child, stranger)
+            if len(probes) == 3 and all(probe.ok for probe in probes):
+                with child.pump.lock:
+                    cleared = diagnoser.acquit()  # the server answers: a standing line did not end it
+                if cleared is not None:
+                    on_acquit(cleared, "the server answered /health and /v1/models")
+                child.remember_descendants()
+                models = probes[1]
+                return outcome(child, Kind.READY, models.detail, max_model_len=models.max_model_len)
+
+
+def _probe(check: ReadyCheck) -> list[Probe]:
+    """/health, then /v1/models, then the completion, each only while the one before passed: [] ... [h, m, c]."""
+    done = [check.health()]
+    if done[-1].ok:
+        done.append(check.models())
+    if done[-1].ok and len(done) == 2:
+        done.append(check.completion() if check.completion is not None else done[-1])
+    return done
+
+
+def _port_taken(child: Child, holder: str) -> Outcome:
+    """A stranger answers on our port: never READY, and it got nothing (the probe proved it before sending)."""
+    port = urllib.parse.urlsplit(child.plan.base_url).port
+    root = f"port {port} is held by {holder}, not by the vLLM this launcher started"
+    diagnosis = Diagnosis(CONFIG, "port_in_use", root, {"port": port, "holder": holder}, "starting")
+    return Outcome(Kind.FAILED, child.attempt, diagnosis, child.popen.poll(), tuple(child.pump.tail), root)
 
 
 def _convict(child: Child, evidence: str) -> None:
@@ -177,3 +199,14 @@ def capacity_gate(require: Requirements, outcome: Outcome, plan: Plan, block_siz
             f"min_sessions {require.min_sessions}, min_kv_tokens {require.min_kv_tokens})")
     diagnosis = Diagnosis(KV_INSUFFICIENT, reason, root, numbers, "serving")
     return Outcome(Kind.FAILED, outcome.attempt, diagnosis, None, outcome.tail, root)
+
+
+def unchecked_requirement(require: Requirements, outcome: Outcome) -> str | None:
+    """Why launcher.require could not be checked for a ready server (vLLM logged no KV figure), or None.
+    Such a server is READY, and this is said in the log, the state and systemd's STATUS, never silently."""
+    if require.min_sessions is None and require.min_kv_tokens is None:
+        return None
+    if isinstance(outcome.diagnosis.numbers.get("kv_tokens"), int):
+        return None
+    return ("launcher.require was not checked: vLLM logged no KV cache size (is VLLM_LOGGING_LEVEL above INFO?); "
+            "the server is ready without that proof")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 import structlog
 
 from launcher.errors import LadderExhausted
-from launcher.run import health
+from launcher.run import health, listener
 from launcher.run.liveness import Verdict, Work, judge, parse_work
 from launcher.run.logpump import EOF
 from launcher.run.retry import Backoff
@@ -191,16 +192,18 @@ def serve(session: Session) -> Outcome:
     policy = session.profile.launcher.health
     plan = child.plan
     api_key = session.vllm.secrets.get("VLLM_API_KEY")
+    # A headless rank probes its head on another node: there is no socket table of ours to prove it by.
+    ours = None if session.config.worker else functools.partial(listener.verify_connection, ours=child.live_pids)
 
     def send_completion() -> health.Probe:
         return health.check_completion(plan.base_url, plan.served_model_name, api_key,
-                                       timeout=policy.completion_timeout_s)
+                                       timeout=policy.completion_timeout_s, verify=ours)
 
     # A worker rank watches its head's /health: a head that is gone means the group is gone; restart the rank.
     completion = None if session.config.worker else CompletionCheck(
         send_completion, policy.completion_interval_s, time.monotonic,
         read_metrics=lambda: read_metrics(plan.base_url, policy.timeout_s))
-    return watch(child, session.stop, probe_health=lambda: health.check_health(plan.base_url, policy.timeout_s),
+    return watch(child, session.stop, probe_health=lambda: health.check_health(plan.base_url, policy.timeout_s, ours),
                  interval_s=policy.interval_s, failures=policy.failures, tick=lambda: session.tick(child),
                  reload=session.reload, completion=completion)
 

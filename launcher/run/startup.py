@@ -8,6 +8,7 @@ decides *what* changes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -19,9 +20,9 @@ from launcher.config.profile import FlagValue
 from launcher.errors import ConfigError, LadderExhausted
 from launcher.gpu.match import match_gpu
 from launcher.plan import calibration
-from launcher.run import gpurelease, health, ladder, logs, progress, state, supervisor
+from launcher.run import gpurelease, health, ladder, listener, logs, progress, state, supervisor
 from launcher.run.logpump import RotatingFile
-from launcher.run.readiness import ReadyCheck, capacity_gate, wait_ready
+from launcher.run.readiness import ReadyCheck, capacity_gate, unchecked_requirement, wait_ready
 from launcher.run.retry import Backoff
 from launcher.run.session import Attempt, Ready, Session, Stopped
 from launcher.run.supervisor import Kind
@@ -111,6 +112,8 @@ def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> tupl
     sink = RotatingFile(prof.launcher.log_file, prof.launcher.log_max_bytes,
                         prof.launcher.log_backups) if prof.launcher.log_file else None
     rung = plan.describe_overrides()
+    if not session.config.worker:
+        listener.check_port(prof.host, prof.port)  # before every launch: a port taken while vLLM was down
     child = session.spawn(plan, attempt=number, sink=sink, block_size=ladder.block_size(plan.flags))
     log.info("attempt.started", attempt=number, pid=child.pid, overrides=dict(overrides), argv=list(plan.argv))
     session.store.update(phase=Phase.STARTING, attempt=number, child=supervisor.describe(child), rung=dict(overrides),
@@ -118,10 +121,13 @@ def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> tupl
                          vllm_version=session.vllm.semantics.version, log_file=str(prof.launcher.log_file or ""))
     session.notify(STATUS=f"attempt {number}: starting vLLM ({rung})")
     api_key = session.vllm.secrets.get("VLLM_API_KEY")
+    # Every probe proves, before it sends a byte (the key above all), that our own child holds the server's end.
+    # A headless rank probes its head on another node: no socket table of ours can prove that one.
+    ours = None if session.config.worker else functools.partial(listener.verify_connection, ours=child.live_pids)
     check = ReadyCheck(
-        health=lambda: health.check_health(plan.base_url),
-        models=lambda: health.check_models(plan.base_url, plan.served_model_name, api_key),
-        completion=(lambda: health.check_completion(plan.base_url, plan.served_model_name, api_key))
+        health=lambda: health.check_health(plan.base_url, verify=ours),
+        models=lambda: health.check_models(plan.base_url, plan.served_model_name, api_key, verify=ours),
+        completion=(lambda: health.check_completion(plan.base_url, plan.served_model_name, api_key, verify=ours))
         if prof.launcher.health.completion_probe else None)
     if session.config.worker:
         # A headless rank serves no API: it is ready when its own vLLM says it joined the group (its place in
@@ -151,9 +157,7 @@ def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> tupl
         """A failure line the start-up survived: a warning for the operator, never the end of the attempt."""
         log.warning("attempt.line_acquitted", attempt=number, line=event.message[:300], failure=event.failure,
                     reason=event.reason, why=why)
-        warnings = [*(session.store.data.get("warnings") or []),
-                    {"attempt": number, "line": event.message[:300], "class": event.failure, "why": why}]
-        session.store.update(warnings=warnings[-state.MAX_WARNINGS:])
+        _warn(session, {"attempt": number, "line": event.message[:300], "class": event.failure, "why": why})
 
     outcome = wait_ready(child, session.stop, check, on_event=on_event, tick=tick,
                          last_progress=lambda: growth.last_growth, confirm_window_s=prof.launcher.confirm_window_s,
@@ -175,6 +179,12 @@ def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> tupl
                 numbers=dict(d.numbers), tail=list(outcome.tail[-8:]) if d.cls == "unknown" else None)
     session.notify(STATUS=f"attempt {number} failed: {d.cls}")
     return outcome, None
+
+
+def _warn(session: Session, warning: dict[str, Any]) -> None:
+    """A warning `status` shows (state keeps the latest few)."""
+    warnings = [*(session.store.data.get("warnings") or []), warning]
+    session.store.update(warnings=warnings[-state.MAX_WARNINGS:])
 
 
 def _wait_for_gpu_memory(session: Session) -> None:
@@ -212,6 +222,11 @@ def _ready(session: Session, child: supervisor.Child, plan: command.Plan, outcom
         status = f"ready: {tokens:,} KV tokens, {sessions} sessions of {length:,}, {plan.kv_cache_dtype}"
         if plan.utilization:
             status += f", util {plan.utilization}"
+    unchecked = unchecked_requirement(session.profile.launcher.require, outcome)
+    if unchecked is not None:
+        log.warning("ready.require_unchecked", attempt=child.attempt, why=unchecked)
+        _warn(session, {"attempt": child.attempt, "text": unchecked})
+        status += "; launcher.require NOT checked (no KV figure in vLLM's log)"
     session.notify(READY=1, STATUS=status)
     log.info("ready", attempt=child.attempt, url=plan.base_url, served_model_name=plan.served_model_name,
              kv_tokens=tokens, sessions=sessions, max_model_len=length, time_to_ready_s=round(elapsed, 1),

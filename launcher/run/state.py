@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 
 from launcher.errors import EX_OK, ConfigError, TransientFailure
-from launcher.procstat import alive
+from launcher.procstat import alive, one_line
 from launcher.run import locks
 from launcher.run.locks import acquire_lock, held_locks, lock_holder, release_lock
 from launcher.runstate import FINAL_PHASES, Decision, Phase, State, read_state
@@ -188,7 +188,9 @@ def _status_text(data: Mapping[str, Any]) -> str:
             lines.append(f"  advice     {item.get('text')}")
     warnings = data.get("warnings")
     for warning in (warnings if isinstance(warnings, list) else [])[-5:]:
-        if isinstance(warning, dict):
+        if isinstance(warning, dict) and isinstance(warning.get("text"), str):
+            lines.append(f"  warning    attempt {warning.get('attempt')}: {one_line(warning['text'])}")
+        elif isinstance(warning, dict):
             lines.append(f"  warning    attempt {warning.get('attempt')}: vLLM logged {warning.get('line')!r} "
                          f"({warning.get('class')}), and went on ({warning.get('why')})")
     for decision in found.decisions[-5:]:

@@ -62,6 +62,11 @@ class Child:
     def pgid(self) -> int:
         return self.popen.pid  # start_new_session: the leader's pid is the group and session id
 
+    def live_pids(self) -> set[int]:
+        """Our processes now: the leader's tree, and every remembered descendant still alive as itself (its start
+        time checked, so a reused PID is not ours). What may hold our server's socket."""
+        return {self.pid, *(proc.pid for proc in tree(self.pid)), *(proc.pid for proc in remembered(self.known))}
+
     def remember_descendants(self) -> None:
         """Snapshot the tree, and what the daemon adopted from it, so that a process that later escapes the
         group, or left the tree by a double fork, is still stopped."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 # What one answer may fill: a server that streams without end cannot fill our memory.
@@ -34,8 +35,12 @@ def headers(api_key: str | None, body: bool) -> dict[str, str]:
 
 
 def request(url: str, timeout: float, *, api_key: str | None = None, body: Mapping[str, Any] | None = None,
-            method: str | None = None, limit: int = MAX_BODY_BYTES) -> tuple[int, bytes]:
-    """(status, at most `limit` bytes of the body), whatever the status; one of ERRORS when nothing answers."""
+            method: str | None = None, limit: int = MAX_BODY_BYTES,
+            verify: Callable[[socket.socket], None] | None = None) -> tuple[int, bytes]:
+    """(status, at most `limit` bytes of the body), whatever the status; one of ERRORS when nothing answers.
+
+    `verify` sees the connected socket before anything is sent (the proof that the server is ours) and raises
+    to send nothing."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"not an http(s) URL: {url!r}")
@@ -43,6 +48,9 @@ def request(url: str, timeout: float, *, api_key: str | None = None, body: Mappi
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     data = json.dumps(body).encode() if body is not None else None
     try:
+        if verify is not None:
+            conn.connect()
+            verify(conn.sock)
         conn.request(method or ("GET" if body is None else "POST"), path, data, headers(api_key, body is not None))
         response = conn.getresponse()
         return response.status, response.read(limit)

@@ -105,6 +105,7 @@ class Scenario:
     linger_s: float = 20.0
     crash_lines: bool = True
     mark_line: int | None = None
+    hide: str | None = None  # a regex: replayed lines it matches are not printed (a logging level that hides them)
 
     @classmethod
     def from_rule(cls, rule: dict[str, Any]) -> Scenario:
@@ -127,10 +128,13 @@ class Scenario:
             batch_slowdown=float(rule.get("batch_slowdown", 0.0)),
             linger_s=float(rule.get("linger_s", 20.0)), crash_lines=bool(rule.get("crash_lines", True)),
             mark_line=int(rule["mark_line"]) if rule.get("mark_line") is not None else None,
+            hide=str(rule["hide"]) if rule.get("hide") else None,
         )
 
     def lines(self) -> list[str]:
-        return self.log.read_text(errors="replace").splitlines() if self.log else []
+        found = self.log.read_text(errors="replace").splitlines() if self.log else []
+        hidden = re.compile(self.hide) if self.hide else None
+        return [line for line in found if hidden is None or not hidden.search(line)]
 
 
 def _seconds(value: object) -> float | None:

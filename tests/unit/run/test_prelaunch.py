@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -74,15 +73,6 @@ def test_a_ray_cluster_that_is_not_all_there_says_what_is_missing(run: Any, erro
     with pytest.raises(error) as found:
         prelaunch.check_ray(loads(RAY), run)
     assert words in str(found.value)
-
-
-def test_a_taken_port_is_78_naming_the_key() -> None:
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        port = holder.getsockname()[1]
-        with pytest.raises(ConfigError, match=r"set vllm\.port to a free port"):
-            prelaunch.check_port(loads(f"model: m\nvllm: {{host: 127.0.0.1, port: {port}}}\n"))
 
 
 def test_an_earlier_runs_live_processes_are_stopped() -> None:
