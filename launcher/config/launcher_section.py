@@ -34,6 +34,8 @@ def read_launcher(r: KeyReader, data: dict[str, Any], vllm: Mapping[str, FlagVal
         startup_stall_s=r.setting(data, "startup_stall"),
         stop_grace_s=r.setting(data, "stop_grace"), max_attempts=r.setting(data, "max_attempts"),
         confirm_window_s=r.setting(data, "confirm_window"),
+        # YAML reads a bare `off` as false: that is what the operator wrote.
+        agent_probe="off" if data.get("agent_probe") is False else r.setting(data, "agent_probe"),
         gpu_release_timeout_s=r.setting(data, "gpu_release_timeout"),
         ladder=_ladder(r, r.section(data, "ladder"), vllm),
         require=_require(r, r.section(data, "require")),

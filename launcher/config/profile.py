@@ -113,6 +113,8 @@ class LauncherSettings:
     # How long a failure line waits for the process to confirm it (exit, or no progress) before the attempt
     # ends on it; progress in this window acquits the line (run/readiness.py).
     confirm_window_s: float = default_seconds("confirm_window")
+    # Before READY, a chat and a tool round trip through the server (run/agentprobe.py): auto, required or off.
+    agent_probe: Literal["auto", "required", "off"] = "auto"
 
 
 class FlagViews:

@@ -93,6 +93,13 @@ SETTINGS: tuple[Setting, ...] = (
             "A failure line with no traceback waits this long for vLLM to confirm it (an exit, or no progress) "
             "before the attempt ends on it; progress in the window acquits the line.", bounds=(1.0, 120.0),
             range_fix="write e.g. confirm_window: 5s (how long a failure line waits for vLLM to confirm it)"),
+    Setting("agent_probe", "choice", "auto",
+            "write agent_probe: auto (on with enable-auto-tool-choice), required or off",
+            "Before READY, prove that a coding agent can talk to the server: a chat completion through the chat "
+            "template and a tool round trip (`tool_choice: auto`) whose call must come back parsed. `auto`: when "
+            "`enable-auto-tool-choice` is set; `required`: always; `off`: never. A call written as text is a "
+            "configuration failure (exit 78) naming the parser that reads it.",
+            choices=("auto", "required", "off")),
     Setting("max_attempts", "count", 6, _count_fix("max_attempts", 1),
             "How many start-up attempts the ladder may make before the launcher gives up.", bounds=(1, None)),
     Setting("ladder", "section", None, "write launcher.ladder: as indented `name: value` lines",

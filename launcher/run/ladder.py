@@ -88,6 +88,11 @@ def _config(profile: Profile, overrides: dict[str, FlagValue | None], flags: Map
     raise Stop(config_message(d))
 
 
+# The agent probe's configuration failures (run/agentprobe.py): each root cause already names its fix.
+AGENT_REASONS = frozenset({"tool_calls_as_text", "tool_call_arguments", "auto_tool_choice_off", "chat_template",
+                           "reasoning_in_content"})
+
+
 def config_message(d: Diagnosis) -> str:
     """One line for a configuration failure: the cause and the fix."""
     n = d.numbers
@@ -106,6 +111,8 @@ def config_message(d: Diagnosis) -> str:
     if d.reason == "gated_repo":
         return ("the model is gated or private (401/403); accept its licence on huggingface.co and give a token: "
                 "hf_token: {env: HF_TOKEN}")
+    if d.reason in AGENT_REASONS:
+        return str(d.root_cause)  # the agent probe's verdict: what the model wrote and the fix
     if d.reason == "port_in_use":
         holder = n.get("holder")
         where = f"the port is held by {holder}" if isinstance(holder, str) else "the port is already in use"

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from launcher.config.profile import Requirements, parse_max_model_len
 from launcher.config.settings import default_seconds
 from launcher.procstat import is_vllm_title
+from launcher.run.agentprobe import AgentCheck
 from launcher.run.health import Probe
+from launcher.run.listener import NotOurServer
 from launcher.run.logpump import EOF
 from launcher.run.processes import remembered
 from launcher.run.supervisor import Child, Kind, Outcome, outcome
@@ -33,6 +35,7 @@ class ReadyCheck:
     models: Callable[[], Probe]  # its max_model_len is what the server says it serves
     completion: Callable[[], Probe] | None = None
     interval_s: float = 0.5
+    agent: Callable[[], AgentCheck] | None = None  # the agent probe (run/agentprobe.py), once the rest answer
 
 
 class Accusation:
@@ -137,6 +140,13 @@ def wait_ready(child: Child, stop: threading.Event, check: ReadyCheck, *, on_eve
             if stranger is not None:
                 return _port_taken(child, stranger)
             if len(probes) == 3 and all(probe.ok for probe in probes):
+                if check.agent is not None:
+                    try:
+                        verdict = check.agent()
+                    except NotOurServer as exc:
+                        return _port_taken(child, exc.holder)
+                    if verdict.failed:
+                        return _agent_failed(child, verdict)
                 with child.pump.lock:
                     cleared = diagnoser.acquit()  # the server answers: a standing line did not end it
                 if cleared is not None:
@@ -161,6 +171,14 @@ def _port_taken(child: Child, holder: str) -> Outcome:
     port = urllib.parse.urlsplit(child.plan.base_url).port
     root = f"port {port} is held by {holder}, not by the vLLM this launcher started"
     diagnosis = Diagnosis(CONFIG, "port_in_use", root, {"port": port, "holder": holder}, "starting")
+    return Outcome(Kind.FAILED, child.attempt, diagnosis, child.popen.poll(), tuple(child.pump.tail), root)
+
+
+def _agent_failed(child: Child, verdict: AgentCheck) -> Outcome:
+    """The server answers, but an agent cannot work with it: a configuration failure, never READY."""
+    shown = f" (the answer began {verdict.evidence[:80]!r})" if verdict.evidence else ""
+    root = f"agent probe: {verdict.detail}{shown}; {verdict.fix}"
+    diagnosis = Diagnosis(CONFIG, verdict.reason, root, {"agent": verdict.to_dict()}, "starting")
     return Outcome(Kind.FAILED, child.attempt, diagnosis, child.popen.poll(), tuple(child.pump.tail), root)
 
 

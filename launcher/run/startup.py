@@ -20,7 +20,7 @@ from launcher.config.profile import FlagValue
 from launcher.errors import ConfigError, LadderExhausted
 from launcher.gpu.match import match_gpu
 from launcher.plan import calibration
-from launcher.run import gpurelease, health, ladder, listener, logs, progress, state, supervisor
+from launcher.run import agentprobe, gpurelease, health, ladder, listener, logs, progress, state, supervisor
 from launcher.run.logpump import RotatingFile
 from launcher.run.readiness import ReadyCheck, capacity_gate, unchecked_requirement, wait_ready
 from launcher.run.retry import Backoff
@@ -129,6 +129,8 @@ def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> tupl
         models=lambda: health.check_models(plan.base_url, plan.served_model_name, api_key, verify=ours),
         completion=(lambda: health.check_completion(plan.base_url, plan.served_model_name, api_key, verify=ours))
         if prof.launcher.health.completion_probe else None)
+    if ours is not None and agentprobe.wanted(prof.launcher.agent_probe, plan.flags):
+        check = dataclasses.replace(check, agent=lambda: _agent_probe(session, plan, number, api_key, ours))
     if session.config.worker:
         # A headless rank serves no API: it is ready when its own vLLM says it joined the group (its place in
         # the world, loading, its KV cache) and its head answers (plan.base_url is the head's). Something else
@@ -179,6 +181,31 @@ def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> tupl
                 numbers=dict(d.numbers), tail=list(outcome.tail[-8:]) if d.cls == "unknown" else None)
     session.notify(STATUS=f"attempt {number} failed: {d.cls}")
     return outcome, None
+
+
+def _agent_probe(session: Session, plan: command.Plan, number: int, api_key: str | None,
+                 verify: health.Verify) -> agentprobe.AgentCheck:
+    """The agent probe (run/agentprobe.py) against our own server; its verdict and evidence go to state."""
+    started = time.monotonic()
+    verdict = agentprobe.probe(plan.base_url, plan.served_model_name, api_key,
+                               timeout=session.profile.launcher.health.completion_timeout_s,
+                               tool_call_parser=_text_flag(plan, "tool-call-parser"),
+                               reasoning_parser=_text_flag(plan, "reasoning-parser"), verify=verify)
+    seconds = round(time.monotonic() - started, 2)
+    session.store.update(agent={**verdict.to_dict(), "attempt": number, "seconds": seconds})
+    if verdict.verdict is agentprobe.AgentVerdict.INCONCLUSIVE:
+        log.warning("agent.probe", attempt=number, verdict=verdict.verdict, detail=verdict.detail, seconds=seconds)
+        _warn(session, {"attempt": number, "text": f"agent probe inconclusive: {verdict.detail}"})
+    else:
+        (log.error if verdict.failed else log.info)("agent.probe", attempt=number, verdict=verdict.verdict,
+                                                    detail=verdict.detail, parser=verdict.parser,
+                                                    evidence=verdict.evidence, seconds=seconds)
+    return verdict
+
+
+def _text_flag(plan: command.Plan, name: str) -> str | None:
+    value = plan.flags.get(name)
+    return value if isinstance(value, str) else None
 
 
 def _warn(session: Session, warning: dict[str, Any]) -> None:

@@ -186,6 +186,11 @@ def _status_text(data: Mapping[str, Any]) -> str:
     for item in data.get("advice") or []:
         if isinstance(item, Mapping):
             lines.append(f"  advice     {item.get('text')}")
+    agent = data.get("agent")
+    if isinstance(agent, Mapping) and isinstance(agent.get("verdict"), str):
+        lines.append(f"  agent      {one_line(str(agent['verdict']))}: {one_line(str(agent.get('detail') or ''))}"
+                     + (f" → {one_line(str(agent['fix']))}" if agent.get("verdict") == "fail" and agent.get("fix")
+                        else ""))
     warnings = data.get("warnings")
     for warning in (warnings if isinstance(warnings, list) else [])[-5:]:
         if isinstance(warning, dict) and isinstance(warning.get("text"), str):

@@ -94,6 +94,10 @@ Scenario rules come from the JSON file in $FAKE_VLLM_SCENARIOS: a list of object
     gpu_memory      none: bytes (int) or a size ("20GiB", "512MiB") held on each device the tree uses,
                     registered in $FAKE_VLLM_INVENTORY (protocol: fakevllm/gpu.py)
     release_delay_s 0: after an orderly exit the memory stays held this long (`held_until`)
+    tool_reply      "parsed": how a non-streamed chat with `tools` is answered (without --enable-auto-tool-choice,
+                    tool_choice auto gets vLLM 0.32's 400): parsed (tool_calls), hermes_text or qwen3_coder_text
+                    (the call left in content in that family's markup, as a parser that cannot read it leaves it),
+                    prose
     hide            none: a regex; replayed lines it matches are not printed (a logging level that hides them)
 Without a scenario file the legacy variables give the same keys: FAKE_VLLM_LOG, FAKE_VLLM_AFTER,
 FAKE_VLLM_EXIT (exit_code), FAKE_VLLM_IGNORE_TERM (1/true, startup, 0/false), FAKE_VLLM_GRANDCHILD

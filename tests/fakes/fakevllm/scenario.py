@@ -106,6 +106,7 @@ class Scenario:
     crash_lines: bool = True
     mark_line: int | None = None
     hide: str | None = None  # a regex: replayed lines it matches are not printed (a logging level that hides them)
+    tool_reply: str = "parsed"  # how a chat with tools is answered (fakevllm/server.py tool_answer)
 
     @classmethod
     def from_rule(cls, rule: dict[str, Any]) -> Scenario:
@@ -129,6 +130,7 @@ class Scenario:
             linger_s=float(rule.get("linger_s", 20.0)), crash_lines=bool(rule.get("crash_lines", True)),
             mark_line=int(rule["mark_line"]) if rule.get("mark_line") is not None else None,
             hide=str(rule["hide"]) if rule.get("hide") else None,
+            tool_reply=str(rule.get("tool_reply", "parsed")),
         )
 
     def lines(self) -> list[str]:

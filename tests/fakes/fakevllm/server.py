@@ -52,7 +52,9 @@ class FakeServer:
     """vLLM's OpenAI-compatible server, as far as a supervisor and its probes can tell."""
 
     def __init__(self, host: str, port: int, served: str, max_model_len: int, log_requests: bool,
-                 latency: Latency | None = None) -> None:
+                 latency: Latency | None = None, *, auto_tools: bool = False, tool_reply: str = "parsed") -> None:
+        self.auto_tools = auto_tools  # --enable-auto-tool-choice
+        self.tool_reply = tool_reply
         self.dead = threading.Event()
         self.wedged = threading.Event()
         self.closing = threading.Event()  # never set while the process lives: a wedged request waits on it
@@ -145,6 +147,9 @@ class FakeServer:
                     return None
                 if route == "/v1/chat/completions" and body.get("stream") is True:
                     return self.stream(ChatStream(owner.scheduler, owner.served, body))
+                if route == "/v1/chat/completions" and body.get("tools"):
+                    status, answer = owner.tool_answer(body)
+                    return self.reply(status, answer)
                 owner.scheduler.hold_for_completion()
                 return self.reply(200, self.completion(route))
 
@@ -181,6 +186,34 @@ class FakeServer:
                         "choices": [{"index": 0, "text": "ok", "finish_reason": "length"}], "usage": usage}
 
         return Handler
+
+    def tool_answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """A chat with tools as vLLM 0.32 answers it: 400 for tool_choice auto without --enable-auto-tool-choice
+        (vllm/renderers/online_renderer.py's message); else as the scenario's tool_reply says the model wrote and
+        the parser read it: `parsed` (tool_calls), `hermes_text` / `qwen3_coder_text` (the call left in content,
+        in that family's markup), `prose`."""
+        if body.get("tool_choice", "auto") == "auto" and not self.auto_tools:
+            return 400, {"error": {"message": '"auto" tool choice requires --enable-auto-tool-choice and '
+                                              "--tool-call-parser to be set", "type": "BadRequestError",
+                                   "param": None, "code": 400}}
+        tools = body.get("tools")
+        first = tools[0] if isinstance(tools, list) and tools and isinstance(tools[0], dict) else {}
+        name = str((first.get("function") or {}).get("name", "tool"))
+        message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [], "reasoning_content": None}
+        finish = "stop"
+        if self.tool_reply == "parsed":
+            message["tool_calls"] = [{"id": f"chatcmpl-tool-{uuid.uuid4().hex}", "type": "function",
+                                      "function": {"name": name, "arguments": "{}"}}]
+            finish = "tool_calls"
+        elif self.tool_reply == "hermes_text":
+            message["content"] = f'<tool_call>\n{{"name": "{name}", "arguments": {{}}}}\n</tool_call>'
+        elif self.tool_reply == "qwen3_coder_text":
+            message["content"] = f"<tool_call>\n<function={name}>\n</function>\n</tool_call>"
+        else:
+            message["content"] = "I can help with that."
+        usage = {"prompt_tokens": 20, "completion_tokens": 12, "total_tokens": 32}
+        return 200, {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "model": self.served,
+                     "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
 
     def pause(self, seconds: float) -> bool:
         """A streamed request's wait: True at once when the engine dies; a wedged engine never goes on."""
