@@ -229,11 +229,16 @@ def shipped_config(model: str) -> dict[str, Any] | None:
     return data
 
 
+def model_directory(model: str, environ: Mapping[str, str] | None = None) -> Path | None:
+    """The model's files on this machine: `model` itself when it is a directory, else its cached hub snapshot."""
+    return Path(model) if Path(model).is_dir() else snapshot_dir(model, environ)
+
+
 def find_model(model: str, config_file: str | None = None, environ: Mapping[str, str] | None = None) -> ModelFiles:
     """The config (and, when local, the exact weight size) of `model`."""
     weights: int | None = None
     weights_source: str | None = None
-    directory: Path | None = Path(model) if Path(model).is_dir() else snapshot_dir(model, environ)
+    directory = model_directory(model, environ)
     if directory is not None:
         weights = safetensors_bytes(directory)
         weights_source = f"safetensors in {directory}" if weights is not None else None

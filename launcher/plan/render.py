@@ -58,7 +58,7 @@ def plan_text(report: PlanReport) -> str:
         lines.append("Preflight changed:")
         lines += [f"  - {c}" for c in report.changes]
     if report.problems:
-        lines.append("Preflight:")
+        lines.append("Checks:")
         lines += [f"  {pr.severity.upper():7s} {pr.code}: {pr.message} → {pr.fix}" for pr in report.problems]
     ladder = p.launcher.ladder
     rungs = ", ".join(str(r) for r in ladder.utilization_rungs) or "none (utilization is never changed)"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,12 @@ from launcher.gpu.catalog import GpuSpec, parse_gpu_spec
 from launcher.gpu.detect import detect
 from launcher.gpu.inventory import GpuInventory, GpuProbe
 from launcher.gpu.match import inventory_from_spec
+from launcher.plan.agentchecks import agent_problems
+from launcher.plan.agentfacts import AgentFacts, agent_facts
 from launcher.plan.capacity import CapacityPlan
 from launcher.plan.facts import NO_GPU, Facts, calibrated, gather, no_gpu, read_inventory
 from launcher.plan.hostfacts import HostFacts, host_facts
+from launcher.plan.modelinfo import ModelFiles
 from launcher.plan.preflight import evaluate, evaluate_inventory
 from launcher.plan.problems import PreflightResult, Problem
 from launcher.statedir import cache_dir, state_root
@@ -185,7 +188,7 @@ def run_plan(request: PlanRequest, environ: Mapping[str, str] | None = None) -> 
     facts = gathered(plan)
     if facts.no_estimate:
         warnings.append(f"no capacity estimate: {facts.no_estimate}")
-    problems: tuple[Any, ...] = ()
+    problems: tuple[Problem, ...] = ()
     changes: tuple[str, ...] = ()
     if inventory is not None:
         host = HostFacts.none() if simulated else host_facts(prof, environ=environ)
@@ -199,6 +202,7 @@ def run_plan(request: PlanRequest, environ: Mapping[str, str] | None = None) -> 
     facts = calibrated(facts, prof, plan, version, weights_gib=request.weights_gib,
                        records=state_root(environ) / prof.name, from_log=request.from_log)
     cap, files, gpu = facts.capacity, facts.files, facts.gpu
+    problems += agent_problems(prof, _agent_facts(prof, files, catalog, None, environ))
     required = prof.launcher.require.min_sessions
     if cap is not None and required is not None and cap.sessions < required:
         warnings.append(f"the estimate gives {cap.sessions:.2f} sessions of {cap.max_model_len:,}, below "
@@ -208,6 +212,16 @@ def run_plan(request: PlanRequest, environ: Mapping[str, str] | None = None) -> 
                       version_source=version_source, catalog=catalog,
                       model_config_source=files.config_source if files else None, changes=changes,
                       problems=problems, warnings=tuple(warnings), placement=where)
+
+
+def _agent_facts(profile: Profile, files: ModelFiles | None, catalog: flags.FlagCatalog | None, version: str | None,
+                 environ: Mapping[str, str]) -> AgentFacts:
+    """The agent checks' facts: the parser names are those of the flag list the profile is checked against
+    (`catalog`), else of vLLM `version`."""
+    spec = catalog.lookup("tool-call-parser") if catalog else None
+    return agent_facts(profile, config=files.config if files else None, environ=environ,
+                       vllm_version=catalog.version if catalog else str(version),
+                       tool_choices=spec.choices if spec else None)
 
 
 def run_preflight(profile_path: str | None, *, sets: Sequence[str] = (), inventory_path: str | None = None,
@@ -228,8 +242,13 @@ def run_preflight(profile_path: str | None, *, sets: Sequence[str] = (), invento
         vllm_path = install.find_vllm(prof.launcher.vllm_bin, environ)
     except ConfigError:
         vllm_path = None
-    version, _, _ = resolve_version(None, vllm_path)
+    version, _, installed = resolve_version(None, vllm_path)
     # The CPU backend is sized on host memory, whatever inventory file was given.
     facts = gather(prof, command.build_plan(prof), None if prof.launcher.device == "cpu" else inventory,
                    version=version, environ=environ)
-    return evaluate(prof, inventory, host=host, capacity=facts.capacity, version=version)
+    result = evaluate(prof, inventory, host=host, capacity=facts.capacity, version=version)
+    # The flag list plan would check against, without asking vLLM (10 s): its cached help, else the shipped list
+    # when no vLLM is found; an installed vLLM whose help is not cached has its parser names from the table.
+    catalog = flags.shipped_catalog() if installed is None else install.cached_catalog(installed, cache_dir(environ))
+    agent = agent_problems(prof, _agent_facts(prof, facts.files, catalog, installed, environ))
+    return replace(result, problems=result.problems + agent)

@@ -503,7 +503,7 @@ class TestHostFacts:
 
 def local_model(tmp_path: Path) -> Path:
     """A local copy of the Qwen3-Coder config with tiny weights: capacity can be computed, nothing downloads."""
-    model = tmp_path / "qwen3"
+    model = tmp_path / "qwen3-coder"  # named as it is: a bare "qwen3" path is taken for hybrid-thinking Qwen3
     model.mkdir()
     shutil.copy(ROOT / "launcher" / "data" / "models" / f"{MODEL.split('/')[1]}.json",
                 model / "config.json")
