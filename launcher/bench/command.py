@@ -41,6 +41,7 @@ class Target:
     api_key: str | None
     model: str | None
     profile: Profile | None
+    ca_file: str | None = None  # https to a profile's server: its ssl-ca-certs (api.tls_context)
 
 
 def resolve_target(spec: str, environ: Mapping[str, str]) -> Target:
@@ -52,7 +53,7 @@ def resolve_target(spec: str, environ: Mapping[str, str]) -> Target:
     profile = load(spec)
     plan = vllm_command.build_plan(profile)
     key = secrets.resolve(profile, environ).get("VLLM_API_KEY")
-    return Target(spec, plan.base_url, key, plan.served_model_name, profile)
+    return Target(spec, plan.base_url, key, plan.served_model_name, profile, plan.ca_file)
 
 
 def check_settings(settings: Settings, context: int, max_model_len: int | None) -> None:
@@ -89,7 +90,7 @@ def bench(spec: str, settings: Settings, *, model: str | None = None, as_json: b
 
 
 def measure(target: Target, settings: Settings, model: str | None = None) -> tuple[dict[str, Any], runner.Run]:
-    server = Server(target.base_url, target.api_key)
+    server = Server(target.base_url, target.api_key, ca_file=target.ca_file)
     served = server.served(model or target.model)
     context = settings.context or served.max_model_len or 4096
     check_settings(settings, context, served.max_model_len)

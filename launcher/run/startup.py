@@ -27,7 +27,7 @@ from launcher.run.session import Attempt, Ready, Session, Stopped
 from launcher.run.supervisor import Kind
 from launcher.runstate import Capacity, Decision, Phase
 from launcher.units import format_duration
-from launcher.vllm import command
+from launcher.vllm import api, command
 from launcher.vllm.signatures import LogEvent
 
 log = structlog.get_logger("vllm_launch")
@@ -113,15 +113,19 @@ def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> tupl
     rung = plan.describe_overrides()
     child = session.spawn(plan, attempt=number, sink=sink, block_size=ladder.block_size(plan.flags))
     log.info("attempt.started", attempt=number, pid=child.pid, overrides=dict(overrides), argv=list(plan.argv))
+    trust = api.certificate_trust(plan.base_url, plan.ca_file)
+    if trust is not None and number == 1:  # how every probe of this run checks vLLM's certificate, said once
+        log.info("tls.certificate", url=plan.base_url, certificate=trust)
     session.store.update(phase=Phase.STARTING, attempt=number, child=supervisor.describe(child), rung=dict(overrides),
-                         rung_description=rung, url=plan.base_url, served_model_name=plan.served_model_name,
+                         rung_description=rung, url=plan.base_url, tls=trust, served_model_name=plan.served_model_name,
                          vllm_version=session.vllm.semantics.version, log_file=str(prof.launcher.log_file or ""))
     session.notify(STATUS=f"attempt {number}: starting vLLM ({rung})")
     api_key = session.vllm.secrets.get("VLLM_API_KEY")
     check = ReadyCheck(
-        health=lambda: health.check_health(plan.base_url),
-        models=lambda: health.check_models(plan.base_url, plan.served_model_name, api_key),
-        completion=(lambda: health.check_completion(plan.base_url, plan.served_model_name, api_key))
+        health=lambda: health.check_health(plan.base_url, ca_file=plan.ca_file),
+        models=lambda: health.check_models(plan.base_url, plan.served_model_name, api_key, ca_file=plan.ca_file),
+        completion=(lambda: health.check_completion(plan.base_url, plan.served_model_name, api_key,
+                                                    ca_file=plan.ca_file))
         if prof.launcher.health.completion_probe else None)
     if session.config.worker:
         # A headless rank serves no API: it is ready when its own vLLM says it joined the group (its place in

@@ -168,7 +168,8 @@ class CandidateRun:
         self.server = server
         if server.ready is not None:
             self.measured.rung = dict(server.ready.rung)
-        client = self.client = Server(self.plan.target.base_url, self.plan.target.api_key)
+        target = self.plan.target
+        client = self.client = Server(target.base_url, target.api_key, ca_file=target.ca_file)
         served = client.served(self.plan.target.model)
         self.model = served.model
         self.context = self.plan.workload.context or served.max_model_len or 4096
