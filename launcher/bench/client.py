@@ -48,11 +48,14 @@ def count(value: object) -> int | None:
 
 
 class ServerError(Exception):
-    """The server cannot be benchmarked as asked: the message names the cause and the fix."""
+    """The server cannot be benchmarked as asked: the message names the cause and the fix. `settled`: a
+    failure to start that the profile and its flags decided (the ladder tried every rung it allows), not one
+    a later try may not meet, though both exit 75."""
 
-    def __init__(self, message: str, outcome: Outcome) -> None:
+    def __init__(self, message: str, outcome: Outcome, *, settled: bool = False) -> None:
         super().__init__(message)
         self.outcome = outcome
+        self.settled = settled or outcome is Outcome.CONFIG
 
     @property
     def exit_code(self) -> int:

@@ -189,7 +189,8 @@ class supervised:  # noqa: N801 - used as a context manager, like contextlib's
                 code = self.proc.poll()
                 if code is not None:
                     raise ServerError(f"{self.label} exited {code} before serving: {self._why()}",
-                                      Outcome.CONFIG if code == EX_CONFIG else Outcome.TEMPFAIL)
+                                      Outcome.CONFIG if code == EX_CONFIG else Outcome.TEMPFAIL,
+                                      settled=self._ladder_exhausted())
                 found = read_state(self.state)
                 if found is not None and found.pid == self.proc.pid and found.phase is Phase.SERVING:
                     self.ready = found
@@ -218,6 +219,12 @@ class supervised:  # noqa: N801 - used as a context manager, like contextlib's
             return f"the server stopped serving ({now.phase or 'unknown phase'}, {after} restarts)" + (
                 f": {last.reason}" if last is not None and after > before else "")
         return None
+
+    def _ladder_exhausted(self) -> bool:
+        """Whether the run's own state says it stopped because every rung the profile allows failed."""
+        found = read_state(self.state)
+        return (found is not None and self.proc is not None and found.pid == self.proc.pid
+                and found.raw.get("ladder_exhausted") is True)
 
     def _why(self) -> str:
         """The run's own error from state.json when it wrote one, else the last line it printed."""
