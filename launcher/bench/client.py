@@ -48,11 +48,14 @@ def count(value: object) -> int | None:
 
 
 class ServerError(Exception):
-    """The server cannot be benchmarked as asked: the message names the cause and the fix."""
+    """The server cannot be benchmarked as asked: the message names the cause and the fix. `settled`: a
+    failure to start that the profile and its flags decided (the ladder tried every rung it allows), not one
+    a later try may not meet, though both exit 75."""
 
-    def __init__(self, message: str, outcome: Outcome) -> None:
+    def __init__(self, message: str, outcome: Outcome, *, settled: bool = False) -> None:
         super().__init__(message)
         self.outcome = outcome
+        self.settled = settled or outcome is Outcome.CONFIG
 
     @property
     def exit_code(self) -> int:
@@ -66,7 +69,8 @@ class Served:
 
 
 class Server:
-    def __init__(self, base_url: str, api_key: str | None, timeout_s: float = 600.0) -> None:
+    def __init__(self, base_url: str, api_key: str | None, timeout_s: float = 600.0, *,
+                 ca_file: str | None = None) -> None:
         url = urllib.parse.urlsplit(base_url.rstrip("/").removesuffix("/v1"))
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ServerError(f"{base_url}: not an http(s) URL; give e.g. http://127.0.0.1:8000", Outcome.USAGE)
@@ -75,20 +79,21 @@ class Server:
         self.host, self.port = url.hostname, url.port or (443 if self.https else 80)
         self.api_key = api_key
         self.timeout_s = timeout_s
+        self.ca_file = ca_file  # https: the CA the server's certificate is checked against (api.tls_context)
         self._kept = threading.local()  # each user thread's open connection
 
-    def _connection(self, timeout: float) -> http.client.HTTPConnection:
-        return api.connect(self.https, self.host, self.port, timeout)
+    def _connection(self, deadline: float) -> http.client.HTTPConnection:
+        return api.open_connection(self.https, self.host, self.port, deadline, ca_file=self.ca_file)
 
     def _headers(self, body: bool) -> dict[str, str]:
         return api.headers(self.api_key, body)
 
     def call(self, method: str, path: str, body: Mapping[str, Any] | None = None, timeout: float = 30.0
              ) -> tuple[int, bytes]:
-        """(status, body); ServerError (exit 2) when nothing answers."""
+        """(status, body), all of it within `timeout`; ServerError (exit 2) when nothing (or not all) answers."""
         try:
             status, data = api.request(f"{self.base_url}{path}", timeout, api_key=self.api_key, body=body,
-                                       method=method, limit=MAX_BODY + 1)
+                                       method=method, limit=MAX_BODY + 1, ca_file=self.ca_file)
         except (OSError, http.client.HTTPException) as exc:
             raise ServerError(f"{self.base_url}{path}: no answer ({exc}); is the server up? "
                               "(`vllm-launch status`)", Outcome.USAGE) from None
@@ -163,12 +168,13 @@ class Server:
              temperature: float = 0.0, deadline: float | None = None) -> tuple[RequestResult, str]:
         """One streamed chat completion, timed; never raises (a failure is a result with its error kind).
         It ends by `deadline` (time.perf_counter) at the latest (error `deadline`), and by `timeout_s` after
-        it started (error `timeout`), however the server keeps the stream going."""
+        it started (error `timeout`), however the server keeps the stream going or trickles its headers, its
+        chunk-size lines or an error body: the deadline bounds the whole exchange, not each read."""
         body: dict[str, Any] = {"model": model, "messages": list(map(dict, messages)), "max_completion_tokens": max_tokens,
                                 "stream": True, "stream_options": {"include_usage": True}, "temperature": temperature}
         if ignore_eos:
             body["ignore_eos"] = True
-        conn = self._kept.conn if getattr(self._kept, "conn", None) is not None else self._connection(self.timeout_s)
+        conn: http.client.HTTPConnection | None = getattr(self._kept, "conn", None)
         self._kept.conn = None
         start = time.perf_counter()
         limit = start + self.timeout_s if deadline is None else min(start + self.timeout_s, deadline)
@@ -176,10 +182,11 @@ class Server:
         try:
             if limit <= start:
                 return RequestResult(False, error=late), ""
-            conn.timeout = limit - start  # the connect, when the connection is new
+            ends = time.monotonic() + (limit - start)  # the api's clock
+            if conn is None or conn.sock is None:  # none kept, or the server ended the kept one (Connection: close)
+                conn = self._connection(ends)  # the connect and TLS handshake count against the request
+            reader = _Reader(conn, ends)
             conn.request("POST", "/v1/chat/completions", json.dumps(body).encode(), self._headers(True))
-            reader = _Reader(conn, limit)
-            reader.arm()
             response = conn.getresponse()
             if response.status != 200:
                 response.read(MAX_BODY)
@@ -200,32 +207,27 @@ class Server:
         except (ValueError, KeyError, TypeError, IndexError, RecursionError):
             return RequestResult(False, error="bad_stream"), ""
         finally:
-            if self._kept.conn is not conn:
+            if conn is not None and self._kept.conn is not conn:
                 conn.close()
 
+
 class _Reader:
-    """The socket's timeout set to what is left before the limit, before every read: a server that trickles
-    (pings, an endless stream) is cut at the limit, not at the socket timeout after its last byte."""
+    """The stream's reads; the connection's socket bounds each one by what is left before the exchange's
+    deadline (api.rearm), so pings, an endless stream or a trickled chunk-size line end there."""
 
-    def __init__(self, conn: http.client.HTTPConnection, limit: float) -> None:
+    def __init__(self, conn: http.client.HTTPConnection, deadline: float) -> None:
         self.conn = conn
-        self.limit = limit
-
-    def arm(self) -> None:
-        left = self.limit - time.perf_counter()
-        if left <= 0:
-            raise TimeoutError
-        if self.conn.sock is not None:
-            self.conn.sock.settimeout(left)
+        self.deadline = deadline
+        api.rearm(conn, deadline)
 
     def read(self, response: http.client.HTTPResponse) -> bytes:
-        self.arm()
         return response.read1(65536)
 
     def drained(self, response: http.client.HTTPResponse, most: int = 65536, within_s: float = 1.0) -> bool:
         """Reads what follows the stream's end, up to `most` bytes within `within_s` (vLLM ends the body at
         once); False when more comes (then the connection is not kept)."""
-        self.limit = min(self.limit, time.perf_counter() + within_s)
+        self.deadline = min(self.deadline, time.monotonic() + within_s)
+        api.rearm(self.conn, self.deadline)
         taken = 0
         while taken <= most:
             data = self.read(response)
@@ -239,8 +241,11 @@ def _read_stream(response: http.client.HTTPResponse, reader: _Reader, start: flo
                  ) -> tuple[RequestResult, str]:
     """Server-sent events as they arrive: each read takes what the socket holds (never waiting for a full
     buffer), and every message in it is stamped with the time it arrived. At most MAX_STREAM bytes (more
-    for a long answer) are read."""
+    for a long answer) are read, and at most max_tokens chunks of choices beyond the role and the finish
+    chunk: each later chunk carries at least one token, so a stream with more lies (`too_many_tokens`)."""
     budget = max(MAX_STREAM, max_tokens * STREAM_BYTES_PER_TOKEN)
+    most_chunks = max_tokens + 2
+    chunks = 0
     received = 0
     first = False
     ttft = 0.0
@@ -267,6 +272,9 @@ def _read_stream(response: http.client.HTTPResponse, reader: _Reader, start: flo
                 break
             content, chunk_usage = _event(json.loads(chunk), max_tokens)
             if content is not None:
+                chunks += 1
+                if chunks > most_chunks:
+                    raise BadReply("too_many_tokens")
                 if not first:
                     first, ttft = True, now - start
                 else:

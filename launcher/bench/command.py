@@ -43,6 +43,7 @@ class Target:
     api_key: str | None
     model: str | None
     profile: Profile | None
+    ca_file: str | None = None  # https to a profile's server: its ssl-ca-certs (api.tls_context)
 
 
 def resolve_target(spec: str, environ: Mapping[str, str]) -> Target:
@@ -55,7 +56,7 @@ def resolve_target(spec: str, environ: Mapping[str, str]) -> Target:
     plan = vllm_command.build_plan(profile)
     key = secrets.resolve(profile, environ).get("VLLM_API_KEY")
     prove_served_by_us(profile, plan.base_url, environ)
-    return Target(spec, plan.base_url, key, plan.served_model_name, profile)
+    return Target(spec, plan.base_url, key, plan.served_model_name, profile, plan.ca_file)
 
 
 def prove_served_by_us(profile: Profile, base_url: str, environ: Mapping[str, str]) -> None:
@@ -109,7 +110,7 @@ def bench(spec: str, settings: Settings, *, model: str | None = None, as_json: b
 
 
 def measure(target: Target, settings: Settings, model: str | None = None) -> tuple[dict[str, Any], runner.Run]:
-    server = Server(target.base_url, target.api_key)
+    server = Server(target.base_url, target.api_key, ca_file=target.ca_file)
     served = server.served(model or target.model)
     context = settings.context or served.max_model_len or 4096
     check_settings(settings, context, served.max_model_len)
@@ -208,7 +209,8 @@ class supervised:  # noqa: N801 - used as a context manager, like contextlib's
                 code = self.proc.poll()
                 if code is not None:
                     raise ServerError(f"{self.label} exited {code} before serving: {self._why()}",
-                                      Outcome.CONFIG if code == EX_CONFIG else Outcome.TEMPFAIL)
+                                      Outcome.CONFIG if code == EX_CONFIG else Outcome.TEMPFAIL,
+                                      settled=self._ladder_exhausted())
                 found = read_state(self.state)
                 if found is not None and found.pid == self.proc.pid and found.phase is Phase.SERVING:
                     self.ready = found
@@ -237,6 +239,12 @@ class supervised:  # noqa: N801 - used as a context manager, like contextlib's
             return f"the server stopped serving ({now.phase or 'unknown phase'}, {after} restarts)" + (
                 f": {last.reason}" if last is not None and after > before else "")
         return None
+
+    def _ladder_exhausted(self) -> bool:
+        """Whether the run's own state says it stopped because every rung the profile allows failed."""
+        found = read_state(self.state)
+        return (found is not None and self.proc is not None and found.pid == self.proc.pid
+                and found.raw.get("ladder_exhausted") is True)
 
     def _why(self) -> str:
         """The run's own error from state.json when it wrote one, else the last line it printed."""

@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 from launcher.config import document
 from launcher.config.load import load, loads
 from launcher.config.profile import Profile
+from launcher.deploy.invoker import Invoker, invoker, read_secret
 from launcher.deploy.systemd_plan import (
     CREDS,
     DEFAULT_PREFIX,
@@ -27,6 +28,7 @@ from launcher.deploy.systemd_plan import (
     WriteFile,
     absolute_paths,
     install_steps,
+    secret_sources,
     secret_values,
     secrets_used,
     uninstall_steps,
@@ -86,10 +88,12 @@ def carry_out(steps: Sequence[Step], root: str | None) -> None:
             _remove(root, step)
 
 
-def _secrets(profile: Profile, environ: Mapping[str, str], existing: set[str], *, dry_run: bool) -> dict[str, str]:
-    """A dry run goes on without the secrets (they are never printed anyway) but says a real run would stop."""
+def _secrets(profile: Profile, environ: Mapping[str, str], existing: set[str], who: Invoker, *,
+             dry_run: bool) -> dict[str, str]:
+    """A dry run goes on without the secrets (they are never printed anyway) but says a real run would stop.
+    A `{file:}` secret is read with the rights of whoever ran sudo (`who`), never root's."""
     try:
-        return secret_values(profile, environ, existing)
+        return secret_values(profile, environ, existing, lambda key, path: read_secret(key, path, who))
     except ConfigError as exc:
         if not dry_run:
             raise
@@ -116,8 +120,11 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         else:
             existing = {key for key in ("api_key", "hf_token")
                         if _under(args.root, CREDS / f"{profile.name}.{key}").exists()}
-            secrets = _secrets(profile, environ, existing, dry_run=args.dry_run)
-            steps = install_steps(profile, text, TEMPLATE.read_text(encoding="utf-8"), options, secrets)
+            who = invoker(environ)
+            secrets = _secrets(profile, environ, existing, who, dry_run=args.dry_run)
+            sources = {key: source if source.startswith("$") else f"{source} (read with {who.describe()})"
+                       for key, source in secret_sources(profile).items()}
+            steps = install_steps(profile, text, TEMPLATE.read_text(encoding="utf-8"), options, secrets, sources)
     except ConfigError as exc:
         print(f"install-systemd: {exc}", file=sys.stderr)
         return EX_CONFIG

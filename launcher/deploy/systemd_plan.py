@@ -47,11 +47,13 @@ class WriteFile:
     content: str
     mode: int
     secret: bool = False
+    source: str | None = None  # a secret's: where the installer read it (a path or a variable), never its value
 
     def shell(self) -> str:
         path = shlex.quote(str(self.path))
         if self.secret:
-            return f"install -m {self.mode:04o} /dev/stdin {path}   # the secret, not shown"
+            source = f" from {self.source}" if self.source else ""
+            return f"install -m {self.mode:04o} /dev/stdin {path}   # the secret{source}, not shown"
         body = self.content.rstrip()
         end = "EOF"
         while end in body.splitlines():  # a line of the content must not end the here-document early
@@ -122,20 +124,29 @@ def secrets_used(profile: Profile) -> tuple[str, ...]:
     return tuple(key for key in ("api_key", "hf_token") if getattr(profile, key) is not None)
 
 
-def secret_values(profile: Profile, environ: Mapping[str, str], existing: set[str]) -> dict[str, str]:
-    """Each used secret's value from the installer's environment (or the file the profile names); a secret
-    already installed (re-run, upgrade) may be absent and is then kept."""
+def secret_sources(profile: Profile) -> dict[str, str]:
+    """Where the installer takes each used secret from: the file the profile names, else its variable."""
+    sources: dict[str, str] = {}
+    for key in secrets_used(profile):
+        ref = getattr(profile, key)
+        if ref.kind == "file" and not ref.ref.startswith(CREDENTIALS_PREFIX):
+            sources[key] = ref.ref
+        else:
+            sources[key] = f"${ref.ref if ref.kind == 'env' else _SECRET_ENV[key]}"
+    return sources
+
+
+def secret_values(profile: Profile, environ: Mapping[str, str], existing: set[str],
+                  read_file: Callable[[str, str], str]) -> dict[str, str]:
+    """Each used secret's value from the installer's environment (or the file the profile names, through
+    `read_file(key, path)`, which reads it with the invoking user's rights); a secret already installed
+    (re-run, upgrade) may be absent and is then kept."""
     values: dict[str, str] = {}
     for key in secrets_used(profile):
         ref = getattr(profile, key)
         name = ref.ref if ref.kind == "env" else _SECRET_ENV[key]  # the variable the installer reads
         if ref.kind == "file" and not ref.ref.startswith(CREDENTIALS_PREFIX):
-            try:
-                with open(ref.ref, encoding="utf-8") as handle:
-                    value = handle.read().strip()
-            except OSError as exc:
-                raise ConfigError(f"{key}: cannot read {ref.ref} ({exc.strerror}); the installer copies it "
-                                  "into the unit's credentials") from None
+            value = read_file(key, ref.ref)
         else:
             value = environ.get(name, "")
         if value:
@@ -226,7 +237,7 @@ def _tool(name: str, root: str | None) -> tuple[str, ...]:
 
 
 def install_steps(profile: Profile, profile_text: str, template: str, options: InstallOptions,
-                  secrets: Mapping[str, str]) -> list[Step]:
+                  secrets: Mapping[str, str], sources: Mapping[str, str] | None = None) -> list[Step]:
     name = instance_name(profile)
     unit = f"vllm-launch@{name}.service"
     systemctl, sysusers = _tool("systemctl", options.root), _tool("systemd-sysusers", options.root)
@@ -242,7 +253,8 @@ def install_steps(profile: Profile, profile_text: str, template: str, options: I
                   Run((str(venv / "bin" / "pip"), "install", target, "-c", constraints))]
     steps += [MakeDir(ETC, 0o755), MakeDir(CREDS, 0o700),
               WriteFile(ETC / f"{name}.yaml", installed_profile(profile_text, profile, options.vllm), 0o644)]
-    steps += [WriteFile(CREDS / f"{name}.{key}", value + "\n", 0o600, secret=True) for key, value in secrets.items()]
+    steps += [WriteFile(CREDS / f"{name}.{key}", value + "\n", 0o600, secret=True, source=(sources or {}).get(key))
+              for key, value in secrets.items()]
     steps += [WriteFile(UNIT_DIR / "vllm-launch@.service", unit_text(template, options), 0o644),
               WriteFile(UNIT_DIR / f"{unit}.d" / "10-profile.conf", drop_in(profile), 0o644),
               Run(("systemctl", "daemon-reload"), live_only=True),

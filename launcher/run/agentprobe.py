@@ -165,11 +165,11 @@ def wanted(setting: str, flags: Mapping[str, object]) -> bool:
 
 def probe(base_url: str, served_model_name: str, api_key: str | None, *, timeout: float,
           tool_call_parser: str | None, reasoning_parser: str | None,
-          verify: Callable[[socket.socket], None] | None = None) -> AgentCheck:
+          verify: Callable[[socket.socket], None] | None = None, ca_file: str | None = None) -> AgentCheck:
     """Send the agent turn and judge the answer. A server that is not ours raises NotOurServer (nothing sent)."""
     try:
         status, body = api.request(f"{base_url}/v1/chat/completions", timeout, api_key=api_key,
-                                   body=request_body(served_model_name), verify=verify)
+                                   body=request_body(served_model_name), verify=verify, ca_file=ca_file)
     except api.ERRORS as exc:
         return AgentCheck(AgentVerdict.INCONCLUSIVE, f"the chat request got no answer: {exc}")
     return judge(status, body, tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser)

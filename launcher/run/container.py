@@ -10,30 +10,24 @@ with exit 0.
 
 The page's address: `VLLM_LAUNCH_HOST` / `VLLM_LAUNCH_PORT` from the pod's environment when set, else the
 profile's host and port when the profile loaded, else 0.0.0.0:8000 (vLLM's default port, the one the
-image publishes); the log says which. The page is on a public URL, so it is bounded: at most
-`MAX_CONNECTIONS` connections at once, each with `READ_TIMEOUT_S` to send its request; at the cap the
-oldest connection still sending its request is dropped, so a flood of half-sent requests cannot keep
-`/health` from answering.
+image publishes); the log says which. The page is on a public URL, so it is served bounded
+(launcher/run/httpbounded.py): at most `MAX_CONNECTIONS` connections at once, each with `READ_TIMEOUT_S`
+to send its request, so a flood of half-sent requests cannot keep `/health` from answering.
 """
 
 from __future__ import annotations
 
-import contextlib
 import html
 import os
-import select
-import socket
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import structlog
 
 from launcher.errors import EXIT_CODES, LauncherError, Outcome, UsageError
+from launcher.run.httpbounded import MAX_CONNECTIONS, READ_TIMEOUT_S, BoundedHandler, BoundedServer
 from launcher.run.retry import Backoff
 
 log = structlog.get_logger("vllm_launch")
@@ -41,9 +35,6 @@ log = structlog.get_logger("vllm_launch")
 REPEAT_S = 60.0  # how often a pod that stays up repeats why
 RETRY = Backoff(60.0, 900.0)  # between tries after a failure a later try may fix
 WORKSPACE = Path("/workspace")
-MAX_CONNECTIONS = 32  # the page's handler threads at most
-READ_TIMEOUT_S = 5.0  # how long a connection may take to send its request (and each read or write after)
-QUEUE_S = 1.0  # at the cap, how long a new connection waits for a free slot before it is closed
 DEFAULT_ADDRESS = ("0.0.0.0", 8000)  # noqa: S104 - the address vLLM itself would have served
 
 
@@ -99,88 +90,6 @@ class Failure:
                 "Fix the profile (or the pod's VLLM_LAUNCH_PROFILE / VLLM_LAUNCH_SET), then restart the pod.\n")
 
 
-class BoundedServer(ThreadingHTTPServer):
-    """A ThreadingHTTPServer that holds at most `limit` connections, each given `timeout_s` to send its request.
-
-    The accept loop takes a slot before it starts a thread; at the cap it drops the oldest connection that
-    has not sent its request yet (a half-sent request is the flood) and has nothing unread, waits up to
-    QUEUE_S for a slot, and closes the new connection when none comes. Its housekeeping (`service_actions`, every poll) drops a
-    connection whose request is not in after `timeout_s` in all, so a slow drip cannot hold a slot either."""
-
-    daemon_threads = True
-    block_on_close = False  # close() must not wait on a client
-    request_queue_size = 128  # short: /health waits behind at most this many queued connections
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *,
-                 limit: int = MAX_CONNECTIONS, timeout_s: float = READ_TIMEOUT_S) -> None:
-        self.timeout_s = timeout_s
-        self.slots = threading.BoundedSemaphore(limit)
-        self.lock = threading.Lock()
-        self.waiting: dict[socket.socket, float] = {}  # connection → when it was accepted
-        super().__init__(address, handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
-            self._drop(self._oldest_idle())
-            if not self.slots.acquire(timeout=QUEUE_S):
-                self.shutdown_request(request)
-                return
-        with self.lock:
-            self.waiting[request] = time.monotonic()
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self.shutdown_request(request)
-            self.slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
-
-    def request_read(self, request: socket.socket) -> None:
-        """The request is in: its connection is no longer one to drop."""
-        with self.lock:
-            self.waiting.pop(request, None)
-
-    def shutdown_request(self, request: Any) -> None:
-        self.request_read(request)  # under the lock first, so a drop never reaches a closed socket
-        super().shutdown_request(request)
-
-    def service_actions(self) -> None:
-        cutoff = time.monotonic() - self.timeout_s
-        with self.lock:
-            late = [conn for conn, accepted in self.waiting.items() if accepted <= cutoff]
-        for conn in late:
-            self._drop(conn)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("container.page_client_gone")  # a client that left mid-answer: nothing to report
-
-    def _oldest_idle(self) -> socket.socket | None:
-        """The oldest connection still sending its request that has nothing unread: its thread has taken
-        all it sent and waits for more. One with bytes unread is a thread yet to run (a fresh /health),
-        never the one to drop. poll, not select: a flood brings descriptors past 1024."""
-        with self.lock:
-            ordered = [(conn, conn.fileno()) for conn in sorted(self.waiting, key=self.waiting.__getitem__)]
-        poller = select.poll()
-        for _, fd in ordered:
-            if fd >= 0:
-                poller.register(fd, select.POLLIN)
-        unread = {fd for fd, _ in poller.poll(0)}
-        return next((conn for conn, fd in ordered if fd >= 0 and fd not in unread), None)
-
-    def _drop(self, conn: socket.socket | None) -> None:
-        """Wake the connection's thread from its read (shutdown, not close: the thread closes it)."""
-        with self.lock:
-            if conn is None or self.waiting.pop(conn, None) is None:
-                return
-            with contextlib.suppress(OSError):  # the client is already gone
-                conn.shutdown(socket.SHUT_RDWR)
-
-
 class StatusPage:
     """The failure, served on the page's address: /health 503, / the failure and the fix as plain text."""
 
@@ -189,16 +98,10 @@ class StatusPage:
         body = failure.page().encode()
         html_body = f"<html><body><pre>{html.escape(failure.page())}</pre></body></html>".encode()
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(BoundedHandler):
             timeout = timeout_s  # each read and write on the connection
 
-            def parse_request(self) -> bool:
-                parsed = super().parse_request()
-                if isinstance(self.server, BoundedServer):
-                    self.server.request_read(self.connection)
-                return parsed
-
-            def do_GET(self) -> None:
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 if self.path.startswith("/health"):
                     self.send_response(503)
                     self.send_header("Content-Length", "0")
@@ -212,21 +115,17 @@ class StatusPage:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def log_message(self, fmt: str, *args: object) -> None:
-                pass  # the page is for people; its requests (and clients that time out) need no log
-
         self.server: BoundedServer | None = None
         try:
             self.server = BoundedServer((host, port), Handler, limit=limit, timeout_s=timeout_s)
         except OSError as exc:
             log.error("container.page_unavailable", host=host, port=port, error=str(exc))
             return
-        threading.Thread(target=self.server.serve_forever, name="status-page", daemon=True).start()
+        self.server.serve_in_thread("status-page")
 
     def close(self) -> None:
         if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+            self.server.close()
 
 
 def stay_up(failure: Failure, stop: threading.Event, host: str, port: int, wait_s: float | None) -> bool:

@@ -23,7 +23,7 @@ import structlog
 from launcher.config import flags, nodes, secrets, validate
 from launcher.config.load import load
 from launcher.config.profile import FlagValue, Profile
-from launcher.errors import EX_OK, ConfigError, LauncherError, ProfileError, UsageError
+from launcher.errors import EX_OK, ConfigError, LadderExhausted, LauncherError, ProfileError, UsageError
 from launcher.run import container, ladder, listener, logs, metrics, prelaunch, serving, startup, state, supervisor
 from launcher.run.session import Installed, RunConfig, Session, Stopped, describe_overrides
 from launcher.run.supervisor import Kind
@@ -121,7 +121,8 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
         except Stopped:
             return _shutdown(session, "signal")
         except LauncherError as exc:
-            store.update(phase=Phase.FAILED, error=str(exc))
+            # ladder_exhausted: exit 75 either way, but only this one the profile's flags decided (tune caches it)
+            store.update(phase=Phase.FAILED, error=str(exc), ladder_exhausted=isinstance(exc, LadderExhausted))
             session.notify(STATUS=f"failed: {str(exc)[:200]}")
             log.error("failed", exit_code=exc.exit_code, error=str(exc))
             raise

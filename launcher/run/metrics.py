@@ -2,6 +2,9 @@
 
 One source of truth: every metric is derived from the state the daemon already writes, at scrape time
 (`port`) or at every state change (`textfile`, written atomically for node_exporter's textfile collector).
+The port is served bounded (launcher/run/httpbounded.py), as the container page is: a capped number of
+handler threads, each connection given a deadline to send its request, so idle or half-open connections
+cannot pile up threads against the unit's TasksMax, which vLLM shares.
 vLLM's own `/metrics` stays vLLM's; these say what the supervisor did: phase, attempts, restarts and ladder
 steps by failure class, the served rung's capacity.
 """
@@ -9,15 +12,16 @@ steps by failure class, the served rung's capacity.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import structlog
-from prometheus_client import CollectorRegistry, generate_latest, start_http_server, write_to_textfile
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, write_to_textfile
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from launcher.config.profile import MetricsSettings
+from launcher.run.httpbounded import BoundedHandler, BoundedServer
 from launcher.runstate import Capacity, Phase, State
 
 log = structlog.get_logger("vllm_launch")
@@ -86,14 +90,14 @@ class Exporter:
         self.collector = StateCollector(profile)
         self.registry = CollectorRegistry()
         self.registry.register(self.collector)
-        self._server: Any = None
+        self._server: BoundedServer | None = None
         self.error: str | None = None
 
     def start(self) -> None:
         if self.settings.port is not None:
             # Raises OSError when the port is taken: the caller reports it as a config error (exit 78).
-            self._server, _ = start_http_server(self.settings.port, addr=self.settings.address,
-                                                registry=self.registry)
+            self._server = BoundedServer((self.settings.address, self.settings.port), _scrape_handler(self.render))
+            self._server.serve_in_thread("metrics")
 
     def observe(self, data: Mapping[str, Any]) -> None:
         self.collector.observe(data)
@@ -112,6 +116,18 @@ class Exporter:
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.close()
             self._server = None
+
+
+def _scrape_handler(render: Callable[[], bytes]) -> type[BoundedHandler]:
+    class Scrape(BoundedHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            data = render()  # any path, as prometheus_client's own server answers
+            self.send_response(200)
+            self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Scrape

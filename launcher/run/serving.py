@@ -172,10 +172,10 @@ def _work_fields(result: ProbeResult) -> dict[str, float]:
     return fields
 
 
-def read_metrics(base_url: str, timeout_s: float) -> Reading:
+def read_metrics(base_url: str, timeout_s: float, ca_file: str | None = None) -> Reading:
     """vLLM's /metrics once: not answering is evidence; answering without vLLM's series is none."""
     try:
-        status, body = health.get(f"{base_url}/metrics", timeout=timeout_s)
+        status, body = health.get(f"{base_url}/metrics", timeout=timeout_s, ca_file=ca_file)
     except health.PROBE_ERRORS:
         return Reading(False, None)
     if status >= 500:
@@ -197,13 +197,15 @@ def serve(session: Session) -> Outcome:
 
     def send_completion() -> health.Probe:
         return health.check_completion(plan.base_url, plan.served_model_name, api_key,
-                                       timeout=policy.completion_timeout_s, verify=ours)
+                                       timeout=policy.completion_timeout_s, ca_file=plan.ca_file, verify=ours)
 
     # A worker rank watches its head's /health: a head that is gone means the group is gone; restart the rank.
     completion = None if session.config.worker else CompletionCheck(
         send_completion, policy.completion_interval_s, time.monotonic,
-        read_metrics=lambda: read_metrics(plan.base_url, policy.timeout_s))
-    return watch(child, session.stop, probe_health=lambda: health.check_health(plan.base_url, policy.timeout_s, ours),
+        read_metrics=lambda: read_metrics(plan.base_url, policy.timeout_s, plan.ca_file))
+    return watch(child, session.stop,
+                 probe_health=lambda: health.check_health(plan.base_url, policy.timeout_s, ca_file=plan.ca_file,
+                                                          verify=ours),
                  interval_s=policy.interval_s, failures=policy.failures, tick=lambda: session.tick(child),
                  reload=session.reload, completion=completion)
 

@@ -28,7 +28,7 @@ from launcher.run.session import Attempt, Ready, Session, Stopped
 from launcher.run.supervisor import Kind
 from launcher.runstate import Capacity, Decision, Phase
 from launcher.units import format_duration
-from launcher.vllm import command
+from launcher.vllm import api, command
 from launcher.vllm.signatures import LogEvent
 
 log = structlog.get_logger("vllm_launch")
@@ -116,8 +116,11 @@ def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> tupl
         listener.check_port(prof.host, prof.port)  # before every launch: a port taken while vLLM was down
     child = session.spawn(plan, attempt=number, sink=sink, block_size=ladder.block_size(plan.flags))
     log.info("attempt.started", attempt=number, pid=child.pid, overrides=dict(overrides), argv=list(plan.argv))
+    trust = api.certificate_trust(plan.base_url, plan.ca_file)
+    if trust is not None and number == 1:  # how every probe of this run checks vLLM's certificate, said once
+        log.info("tls.certificate", url=plan.base_url, certificate=trust)
     session.store.update(phase=Phase.STARTING, attempt=number, child=supervisor.describe(child), rung=dict(overrides),
-                         rung_description=rung, url=plan.base_url, served_model_name=plan.served_model_name,
+                         rung_description=rung, url=plan.base_url, tls=trust, served_model_name=plan.served_model_name,
                          vllm_version=session.vllm.semantics.version, log_file=str(prof.launcher.log_file or ""))
     session.notify(STATUS=f"attempt {number}: starting vLLM ({rung})")
     api_key = session.vllm.secrets.get("VLLM_API_KEY")
@@ -125,9 +128,11 @@ def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> tupl
     # A headless rank probes its head on another node: no socket table of ours can prove that one.
     ours = None if session.config.worker else functools.partial(listener.verify_connection, ours=child.live_pids)
     check = ReadyCheck(
-        health=lambda: health.check_health(plan.base_url, verify=ours),
-        models=lambda: health.check_models(plan.base_url, plan.served_model_name, api_key, verify=ours),
-        completion=(lambda: health.check_completion(plan.base_url, plan.served_model_name, api_key, verify=ours))
+        health=lambda: health.check_health(plan.base_url, ca_file=plan.ca_file, verify=ours),
+        models=lambda: health.check_models(plan.base_url, plan.served_model_name, api_key, ca_file=plan.ca_file,
+                                           verify=ours),
+        completion=(lambda: health.check_completion(plan.base_url, plan.served_model_name, api_key,
+                                                    ca_file=plan.ca_file, verify=ours))
         if prof.launcher.health.completion_probe else None)
     if ours is not None and agentprobe.wanted(prof.launcher.agent_probe, plan.flags):
         check = dataclasses.replace(check, agent=lambda: _agent_probe(session, plan, number, api_key, ours))
@@ -190,7 +195,8 @@ def _agent_probe(session: Session, plan: command.Plan, number: int, api_key: str
     verdict = agentprobe.probe(plan.base_url, plan.served_model_name, api_key,
                                timeout=session.profile.launcher.health.completion_timeout_s,
                                tool_call_parser=_text_flag(plan, "tool-call-parser"),
-                               reasoning_parser=_text_flag(plan, "reasoning-parser"), verify=verify)
+                               reasoning_parser=_text_flag(plan, "reasoning-parser"), verify=verify,
+                               ca_file=plan.ca_file)
     seconds = round(time.monotonic() - started, 2)
     session.store.update(agent={**verdict.to_dict(), "attempt": number, "seconds": seconds})
     if verdict.verdict is agentprobe.AgentVerdict.INCONCLUSIVE:

@@ -170,6 +170,8 @@ def _status_text(data: Mapping[str, Any]) -> str:
     lines = [f"{found.profile}: {phase}  (vllm-launch PID {found.pid}, vLLM PID {child_pid})"]
     if found.url:
         lines.append(f"  url        {found.url}  model {found.served_model_name}")
+    if isinstance(tls := found.raw.get("tls"), str):
+        lines.append(f"  tls        the server's certificate is {tls[:200]}")
     rung = data.get("rung_description")
     lines.append(f"  attempt    {found.attempt if found.attempt is not None else '-'}  rung: "
                  f"{rung if isinstance(rung, str) and rung else 'as written'}")

@@ -117,7 +117,7 @@ def tune(request: Request, environ: Mapping[str, str] | None = None) -> int:
                 interrupted = True
                 break
             progress.done()
-            if candidate.baseline and run.measured.status == "infeasible":
+            if candidate.baseline and run.measured.status in ("infeasible", "transient"):
                 # Every candidate is the baseline plus a flag: what stops the profile as written (a port, the
                 # GPU, the model) would stop them all, and would be recorded against each one.
                 raise TransientFailure(f"the profile as written did not start ({run.measured.reason}); tune "

@@ -59,7 +59,7 @@ class Measured:
     """What measuring one candidate produced."""
 
     candidate: Candidate
-    status: str  # measured, infeasible, died, failed, budget, interrupted
+    status: str  # measured, infeasible, transient, died, failed, budget, interrupted
     reason: str | None = None
     answer: Answer | None = None
     levels_measured: int = 0
@@ -120,6 +120,7 @@ class CandidateRun:
         except CandidateStopped as stop:
             self.measured.status, self.measured.reason = stop.status, stop.reason
             # The baseline's failure to start is not cached: it stops the tune, and is to be fixed, not remembered.
+            # Nor is a transient one (a port or lock held, memory not back yet): the next run tries again.
             if stop.status == "died" or (stop.status == "infeasible" and not self.candidate.baseline):
                 self.record.verdict, self.record.diagnosis = stop.status, stop.reason
                 self.store.save(self.record)
@@ -162,13 +163,17 @@ class CandidateRun:
         try:
             server.__enter__()
         except ServerError as exc:
-            if exc.outcome in (Outcome.CONFIG, Outcome.TEMPFAIL):
+            if exc.settled:  # exit 78, or the ladder tried every rung: the profile and flags decided it
                 raise CandidateStopped("infeasible", str(exc)) from None
+            if exc.outcome is Outcome.TEMPFAIL:
+                raise CandidateStopped("transient", f"{exc} (a failure a later try may not meet: not cached)") \
+                    from None
             raise
         self.server = server
         if server.ready is not None:
             self.measured.rung = dict(server.ready.rung)
-        client = self.client = Server(self.plan.target.base_url, self.plan.target.api_key)
+        target = self.plan.target
+        client = self.client = Server(target.base_url, target.api_key, ca_file=target.ca_file)
         served = client.served(self.plan.target.model)
         self.model = served.model
         self.context = self.plan.workload.context or served.max_model_len or 4096

@@ -38,6 +38,11 @@ class Plan(FlagViews):
     def health_url(self) -> str:
         return f"{self.base_url}/health"
 
+    @property
+    def ca_file(self) -> str | None:
+        """With https: what the server's certificate is checked against (api.tls_context)."""
+        return ca_file(self.flags)
+
     def _flags(self) -> Mapping[str, FlagValue]:
         return self.flags
 
@@ -95,8 +100,15 @@ def _scalar(value: object) -> str:
     return str(value)
 
 
+def ca_file(flags: Mapping[str, FlagValue]) -> str | None:
+    """vLLM's ssl-ca-certs, when the profile gives one."""
+    value = flags.get("ssl-ca-certs")
+    return str(value) if isinstance(value, str) and value else None
+
+
 def base_url(flags: Mapping[str, FlagValue], head: str | None = None) -> str:
-    """Where the launcher reaches vLLM: a wildcard bind is reached over loopback; a worker rank, its head."""
+    """Where the launcher reaches vLLM: a wildcard bind is reached over loopback; a worker rank, its head.
+    https when vLLM serves TLS (ssl-certfile): every probe, /metrics read and benchmark speaks it too."""
     host = head or str(flags.get("host") or "127.0.0.1")
     port = int(flags.get("port", 8000))  # type: ignore[arg-type]
     if host in ("0.0.0.0", ""):  # noqa: S104 - reading the bind address, not binding
@@ -105,7 +117,8 @@ def base_url(flags: Mapping[str, FlagValue], head: str | None = None) -> str:
         host = "[::1]"
     elif ":" in host and not host.startswith("["):
         host = f"[{host}]"
-    return f"http://{host}:{port}"
+    scheme = "https" if flags.get("ssl-certfile") else "http"
+    return f"{scheme}://{host}:{port}"
 
 
 def drain_seconds(stop_grace_s: float) -> int:

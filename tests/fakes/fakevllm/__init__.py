@@ -29,7 +29,7 @@ Signals and ends
 HTTP (from "Application startup complete" on; threaded, so /health answers while a request hangs)
     GET /health, /v1/models (with max_model_len), /metrics, /version; POST /v1/completions,
     /v1/chat/completions and /tokenize. With VLLM_API_KEY set, /v1 paths need `Authorization: Bearer <key>`
-    (401 otherwise).
+    (401 otherwise). With `--ssl-certfile` (and `--ssl-keyfile`) it serves HTTPS only, as uvicorn does.
     Routing ignores the query string. Every request logs uvicorn's access line,
     `(APIServer pid=P) INFO:     <client ip>:<client port> - "GET <raw target as sent> HTTP/1.1" 200 OK`;
     with `--enable-log-requests`, a completion first logs vLLM's `Received request cmpl-…` (chatcmpl-… for

@@ -163,8 +163,12 @@ class ApiServer:
                           completion_s=self.sc.completion_s, tokens_per_s=self.sc.tokens_per_s,
                           prefill_s_per_1k=self.sc.prefill_s_per_1k, token_s=self.sc.token_s,
                           batch_slowdown=self.sc.batch_slowdown)
+        certfile = option(self.argv, "--ssl-certfile")
+        keyfile = option(self.argv, "--ssl-keyfile")
+        tls = (certfile, keyfile if isinstance(keyfile, str) else None) if isinstance(certfile, str) else None
         self.server = FakeServer(host, port, served, max_model_len, "--enable-log-requests" in self.argv, latency,
-                                 auto_tools="--enable-auto-tool-choice" in self.argv, tool_reply=self.sc.tool_reply)
+                                 tls, auto_tools="--enable-auto-tool-choice" in self.argv,
+                                 tool_reply=self.sc.tool_reply)
 
     def replay(self) -> int | None:
         """Print the log with its timing scaled; an exit code when the run ends during it."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import threading
 import time
 import uuid
@@ -52,7 +53,8 @@ class FakeServer:
     """vLLM's OpenAI-compatible server, as far as a supervisor and its probes can tell."""
 
     def __init__(self, host: str, port: int, served: str, max_model_len: int, log_requests: bool,
-                 latency: Latency | None = None, *, auto_tools: bool = False, tool_reply: str = "parsed") -> None:
+                 latency: Latency | None = None, tls: tuple[str, str | None] | None = None, *,
+                 auto_tools: bool = False, tool_reply: str = "parsed") -> None:
         self.auto_tools = auto_tools  # --enable-auto-tool-choice
         self.tool_reply = tool_reply
         self.dead = threading.Event()
@@ -65,6 +67,10 @@ class FakeServer:
         self.api_key = os.environ.get("VLLM_API_KEY")
         self.httpd = ThreadingHTTPServer((host, port), self._handler())
         self.httpd.daemon_threads = True
+        if tls is not None:  # --ssl-certfile (and --ssl-keyfile): uvicorn serves HTTPS only
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def close(self) -> None:

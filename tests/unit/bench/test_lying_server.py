@@ -21,6 +21,8 @@ from launcher import cli
 from launcher.bench import runner, scrape
 from launcher.bench.client import Server, ServerError
 from launcher.bench.workload import Settings
+from tests.fakes import trickle
+from tests.fakes.trickle import Trickle
 from tests.integration.harness import free_port
 from tests.unit.bench.test_client import KEY, Handler
 
@@ -99,10 +101,10 @@ class Liar(Handler):
             while time.monotonic() < ends:
                 time.sleep(0.02)
                 yield b": ping\n\n"
-        elif self.mode == "huge":  # 10 MiB of content for a 3-token answer, as fast as it goes
+        elif self.mode == "huge":  # 10 MiB of content for a 3-token answer, in two chunks, as fast as it goes
             yield event(ROLE)
-            big = event({"choices": [{"delta": {"content": "x" * 65536}}]})
-            for _ in range(160):
+            big = event({"choices": [{"delta": {"content": "x" * 5 * 2**20}}]})
+            for _ in range(2):
                 yield big
             yield event(USAGE)
         else:  # endless: a token every 20 ms; pings: only SSE comments; both for ENDLESS_S, then an end
@@ -168,18 +170,57 @@ def test_what_one_answer_may_buffer_is_bounded(liar: LyingServer) -> None:
     assert "too_large" == chat(liar)
 
 
-@pytest.mark.parametrize("mode", ["endless", "pings"])
-def test_a_stream_that_never_ends_is_cut_at_its_deadline(liar: LyingServer, mode: str) -> None:
+def test_a_stream_that_never_ends_is_cut_at_its_deadline(liar: LyingServer) -> None:
     """The deadline (the run's) and the request's own timeout hold inside a stream the server keeps alive."""
-    liar.mode = mode
+    liar.mode = "pings"
     assert "timeout" == chat(liar, server={"timeout_s": 1.0})
     assert "deadline" == chat(liar, deadline=time.perf_counter() + 1.0)
 
 
+def test_a_stream_with_more_tokens_than_asked_is_cut_and_failed(liar: LyingServer) -> None:
+    """max_tokens 3 and a token every 20 ms without end: the stream lies, and is cut at once, not at a deadline
+    (the request's timeout here is longer than the server's whole stream)."""
+    liar.mode = "endless"
+    assert "too_many_tokens" == chat(liar, server={"timeout_s": ENDLESS_S * 3})
+
+
+@pytest.fixture
+def trickles() -> Iterator[list[Trickle]]:
+    made: list[Trickle] = []
+    yield made
+    for server in made:
+        server.close()
+
+
+@pytest.mark.parametrize("head", [trickle.HEADERS, trickle.CHUNK_LINE, trickle.ERROR_BODY],
+                         ids=["headers", "chunk_line", "error_body"])
+def test_a_chat_whose_server_trickles_ends_at_its_timeout_and_deadline(trickles: list[Trickle], head: bytes) -> None:
+    """One byte every 0.2 s of the headers, of a chunk-size line or of an error body: each read gets a byte,
+    so only a deadline on the whole exchange ends it."""
+    server = Trickle(head)
+    trickles.append(server)
+    began = time.monotonic()
+    result, _ = Server(server.url, KEY, timeout_s=1.0).chat("tiny", [{"role": "user", "content": "hi"}], max_tokens=3)
+    assert (result.ok, result.error) == (False, "timeout")
+    result, _ = Server(server.url, KEY).chat("tiny", [{"role": "user", "content": "hi"}], max_tokens=3,
+                                             deadline=time.perf_counter() + 1.0)
+    assert (result.ok, result.error) == (False, "deadline")
+    assert server.sending  # the server was still at it: the client cut the exchange
+    assert time.monotonic() - began < 40  # a hang guard, not a timing claim
+
+
+def test_a_model_list_that_trickles_is_one_line_not_a_hang(trickles: list[Trickle]) -> None:
+    server = Trickle(trickle.BODY)
+    trickles.append(server)
+    with pytest.raises(ServerError) as error:
+        Server(server.url, KEY).call("GET", "/v1/models", timeout=1.0)
+    assert error.value.exit_code == 2 and "no answer" in str(error.value) and server.sending
+
+
 def test_duration_ends_a_run_whose_streams_never_end(liar: LyingServer, monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    """--duration 0.5 against endless streams: the run ends, and the cut requests are counted as failed."""
-    liar.mode = "endless"
+    """--duration 0.5 against streams kept alive without end: the run ends, and the cut requests are failed."""
+    liar.mode = "pings"
     monkeypatch.setattr(runner, "DRAIN_S", 0.5, raising=False)
     assert 0 == cli.bench_main(url_of(liar), replace(SMALL, duration_s=0.5), as_json=True, environ={"VLLM_API_KEY": KEY})
     requests = json.loads(capsys.readouterr().out)["requests"]

@@ -127,3 +127,29 @@ def test_metrics_are_off_unless_asked(tmp_path: Path) -> None:
     assert settings is None
     assert loads(BASE + "{port: 9400}\n").launcher.metrics == MetricsSettings(9400, "127.0.0.1", None)
 
+
+
+def test_the_exporter_holds_a_bounded_number_of_connections_and_drops_idle_ones(tmp_path: Path) -> None:
+    """Idle half-open connections (a port scan, a stuck scraper) get no thread each and no wait without end:
+    at most the cap of handler threads, each idle one closed by the server, and a scrape still answers."""
+    import threading
+    import time
+
+    from launcher.run import httpbounded
+
+    port = free_port()
+    exporter = Exporter(MetricsSettings(port=port, address="127.0.0.1", textfile=None), "qwen3")
+    exporter.start()
+    before = threading.active_count()
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(httpbounded.MAX_CONNECTIONS * 2)]
+    try:
+        time.sleep(0.5)  # time for a thread per connection to start, were there one
+        assert threading.active_count() - before <= httpbounded.MAX_CONNECTIONS
+        assert "vllm_launch_phase" in scrape(port)
+        for sock in idle:
+            sock.settimeout(httpbounded.READ_TIMEOUT_S * 4)
+            assert sock.recv(1) == b""  # the server closed it: it sent no request in time
+    finally:
+        for sock in idle:
+            sock.close()
+        exporter.stop()

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from launcher.bench.client import ServerError
 from launcher.bench.command import Target
 from launcher.bench.workload import Settings
 from launcher.config.load import loads
+from launcher.errors import Outcome
 from launcher.tune import measure, slo
 from launcher.tune.cache import Level, Record, Store
 from launcher.tune.candidates import Candidate
@@ -79,3 +81,55 @@ def test_the_budget_ending_stops_before_the_next_missing_level(tmp_path: Path, m
     record = Record("k" * 64, {(0, 1): level(1)})
     done = CandidateRun(expired, Candidate(), record, Store(tmp_path), on_level=lambda _: None).run()
     assert done.status == "budget" and done.levels_reused == 1 and done.levels_measured == 0
+
+
+def failing_start(outcome: Outcome, settled: bool = False) -> type:
+    class Refused:
+        ready = None
+
+        def __init__(self, *_: object, **__: object) -> None:
+            pass
+
+        def __enter__(self) -> None:
+            raise ServerError("vllm-launch up p.yaml exited 75 before serving: port 8000 is held", outcome,
+                              settled=settled)
+
+        def __exit__(self, *_: object) -> None:
+            pass
+
+    return Refused
+
+
+@pytest.mark.parametrize(("outcome", "settled", "cached"), [
+    (Outcome.TEMPFAIL, False, False),  # a port or lock held, memory returned late: the next run tries again
+    (Outcome.TEMPFAIL, True, True),  # the ladder tried every rung the profile allows: decided by the flags
+    (Outcome.CONFIG, False, True),  # exit 78: the profile and flags can never start
+])
+def test_only_a_failure_to_start_that_the_flags_decide_is_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  outcome: Outcome, settled: bool, cached: bool) -> None:
+    monkeypatch.setattr(measure, "supervised", failing_start(outcome, settled))
+    store = Store(tmp_path)
+    candidate = Candidate((("max-num-seqs", "64"),))
+    done = CandidateRun(PLAN, candidate, Record("k" * 64), store, on_level=lambda _: None).run()
+    assert "port 8000 is held" in (done.reason or "")
+    assert done.status == ("infeasible" if cached else "transient")
+    assert store.load("k" * 64).verdict == ("infeasible" if cached else None)
+
+
+def test_supervised_says_whether_the_ladder_decided_a_75(tmp_path: Path) -> None:
+    """`up` exits 75 both for an exhausted ladder and for a port held: its state says which."""
+    import sys
+
+    from launcher.bench.command import supervised
+
+    for exhausted in (True, False):
+        server = supervised("p.yaml", loads("model: m\nvllm:\n  host: 127.0.0.1\n", name="p"), (),
+                            {"VLLM_LAUNCH_STATE_DIR": str(tmp_path)}, ready_timeout_s=60)
+        state = {"pid": 0, "phase": "failed", "error": "no rung left", "ladder_exhausted": exhausted}
+        write = (f"import json, os, sys; state = {state!r}; state['pid'] = os.getpid(); "
+                 f"os.makedirs({str(tmp_path / 'p')!r}, exist_ok=True); "
+                 f"open({str(tmp_path / 'p' / 'state.json')!r}, 'w').write(json.dumps(state)); sys.exit(75)")
+        server.argv = [sys.executable, "-c", write]
+        with pytest.raises(ServerError) as caught:
+            server.__enter__()
+        assert (caught.value.outcome, caught.value.settled) == (Outcome.TEMPFAIL, exhausted)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from launcher.run import health
 from launcher.vllm import api
+from tests.fakes import trickle
+from tests.fakes.trickle import Trickle
 
 
 class Answers(BaseHTTPRequestHandler):
@@ -59,3 +63,37 @@ def test_nothing_listening_and_no_url_are_errors_a_caller_catches() -> None:
         api.request("http://127.0.0.1:1/health", 5)
     with pytest.raises(api.ERRORS):
         api.request("ftp://example/", 5)
+
+
+@pytest.fixture
+def trickles() -> Iterator[list[Trickle]]:
+    made: list[Trickle] = []
+    yield made
+    for server in made:
+        server.close()
+
+
+def slow(made: list[Trickle], head: bytes) -> Trickle:
+    server = Trickle(head)
+    made.append(server)
+    return server
+
+
+@pytest.mark.parametrize("head", [trickle.HEADERS, trickle.BODY, trickle.ERROR_BODY, trickle.CHUNK_LINE],
+                         ids=["headers", "body", "error_body", "chunk_line"])
+def test_a_server_that_trickles_its_answer_is_cut_at_the_exchange_deadline(trickles: list[Trickle],
+                                                                           head: bytes) -> None:
+    """One byte every 0.2 s resets a per-read timeout forever; the deadline covers the whole exchange."""
+    server = slow(trickles, head)
+    began = time.monotonic()
+    with pytest.raises(TimeoutError):
+        api.request(f"{server.url}/metrics", 1.0)
+    assert server.sending and server.sent > 0  # the server had not stopped: the client gave up at its deadline
+    assert time.monotonic() - began < 20  # a hang guard, not a timing claim
+
+
+def test_a_trickling_metrics_page_leaves_status_without_metrics(trickles: list[Trickle]) -> None:
+    """`status` and `status --watch` read /metrics through the probe: a trickle is no page, not a hang."""
+    server = slow(trickles, trickle.BODY)
+    assert health.metrics_text(server.url, timeout=1.0) is None
+    assert server.sending
