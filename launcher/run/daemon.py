@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 
 from launcher.config import flags, nodes, secrets, validate
-from launcher.config.load import load
+from launcher.config.load import load, without_env_values
 from launcher.config.profile import FlagValue, Profile
 from launcher.errors import EX_OK, ConfigError, LauncherError, ProfileError, UsageError
 from launcher.run import container, ladder, logs, metrics, prelaunch, serving, startup, state, supervisor
@@ -99,6 +99,7 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
         raise ConfigError(f"nodes.backend is ray: only the head (rank 0) runs `vllm-launch up`; join this node to "
                           f"the Ray cluster instead (`ray start --address={where.master_addr}:6379`)")
     previous = state.read_json(directory / "state.json")
+    replayed, env_keys = without_env_values(sets)
     with state.held_locks(directory, profile.name, None if where and not where.head else profile.port, root):
         store = state.StateStore(directory)
         exporter = _start_metrics(profile, store)
@@ -106,9 +107,9 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
                      phase=Phase.PREFLIGHT, started_at=time.time(), decisions=[], attempt=0,
                      capacity=None, error=None, served_model_name=None, url=None,
                      restart_window_s=profile.launcher.restart.window_s,
-                     # For `status`'s drift, which renders the profile as a reload would. env.* values
-                     # never reach vLLM's argv and may be secrets: not kept.
-                     sets=[s for s in sets if not s.startswith("env.")],
+                     # For `status`'s drift, which renders the profile as a reload would. env values
+                     # never reach vLLM's argv and may be secrets: only their keys are kept.
+                     sets=replayed, env_sets=env_keys,
                      # The earlier run's processes stay on record until they are stopped (_run): a crash
                      # in between must not forget them.
                      child=previous.get("child") if isinstance(previous, dict) else None)
