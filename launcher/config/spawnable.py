@@ -20,8 +20,8 @@ def word_problem(text: str, prefix: str = "") -> str | None:
     except UnicodeEncodeError:
         return "holds a lone surrogate (an escape like \\ud800), which is not text a command line can carry"
     if size >= MAX_ARG_STRLEN:
-        return (f"is {size:,} bytes as an argument: Linux takes at most {MAX_ARG_STRLEN - 1:,} in one "
-                "(MAX_ARG_STRLEN)")
+        return (f"is {size:,} bytes: Linux takes at most {MAX_ARG_STRLEN - 1:,} in one argument or environment "
+                "entry (MAX_ARG_STRLEN)")
     return None
 
 

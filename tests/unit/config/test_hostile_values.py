@@ -3,12 +3,14 @@ one line naming the key and the fix, exit 78."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from launcher.config import flags, nodes
+from launcher.config import flags, nodes, secrets
 from launcher.config.load import loads, without_env_values
 from launcher.config.spawnable import MAX_ARG_STRLEN
-from launcher.errors import EX_CONFIG, ProfileError
+from launcher.errors import EX_CONFIG, ConfigError, ProfileError
 from launcher.vllm import command
 from tests.unit.config.test_nodes import TWO
 
@@ -111,3 +113,14 @@ def test_sets_are_recorded_without_environment_values(sets: tuple[str, ...], rep
     """What `up` keeps of its --set overrides in state.json (status renders the profile with them): the keys of
     env overrides only, whatever the spacing, since their values may be secrets and never reach vLLM's argv."""
     assert (replayed, env_keys) == without_env_values(sets)
+
+
+def test_a_secret_file_holding_a_nul_byte_is_one_line_without_the_secret(tmp_path: Path) -> None:
+    """The key file is read at launch: a NUL in it would be a ValueError traceback at spawn."""
+    (tmp_path / "key").write_bytes(b"part-one\0part-two\n")
+    profile = loads(BASE + f"api_key: {{file: {tmp_path / 'key'}}}\n")
+    with pytest.raises(ConfigError) as caught:
+        secrets.resolve(profile, {})
+    message = str(caught.value)
+    assert message.startswith("api_key:") and "NUL byte" in message and "part-" not in message
+    assert "\n" not in message and EX_CONFIG == caught.value.exit_code
