@@ -76,21 +76,25 @@ def placement(nodes: NodesSettings, source: str, rank: int | None, environ: Mapp
     if not 0 <= rank < nodes.count:
         raise ProfileError(source, "nodes", f"node rank {rank} is outside 0..{nodes.count - 1}",
                            f"give a rank from 0 (the head) to {nodes.count - 1}")
-    variable = nodes.master_addr_env if nodes.master_addr is None else None
-    address = nodes.master_addr or (environ.get(variable, "") if variable else "")
-    if not address:
-        variable, address = None, ""
-        if environ.get(LWS_LEADER, ""):
-            variable, address = LWS_LEADER, environ[LWS_LEADER]
+    return Placement(rank, nodes.count, _head_address(nodes, source, environ), nodes.master_port, nodes.backend)
+
+
+def _head_address(nodes: NodesSettings, source: str, environ: Mapping[str, str]) -> str:
+    """nodes.master_addr as written (checked when the profile was read), else the variable its {env:} names,
+    else LWS_LEADER_ADDRESS; a variable's value is checked here, since it becomes one argv word."""
+    name = nodes.master_addr_env if nodes.master_addr is None else None
+    address = nodes.master_addr or (environ.get(name, "") if name else "")
+    if not address and environ.get(LWS_LEADER, ""):
+        name, address = LWS_LEADER, environ[LWS_LEADER]
     if not address:
         where = f"${nodes.master_addr_env} is empty" if nodes.master_addr_env else "nodes.master_addr is missing"
         raise ProfileError(source, "nodes.master_addr", f"{where}: the nodes cannot find their head",
                            "write master_addr: <the head node's address> (under a LeaderWorkerSet it comes "
                            f"from {LWS_LEADER})")
     address = address.strip()
-    if variable and not is_address(address):
+    if name and not is_address(address):
         shown = repr(address[:80]) + ("…" if len(address) > 80 else "")
-        raise ProfileError(source, "nodes.master_addr", f"${variable}={shown} is not an address (it would reach "
+        raise ProfileError(source, "nodes.master_addr", f"${name}={shown} is not an address (it would reach "
                            "vllm serve as --master-addr, maybe as an option of its own)",
-                           f"set {variable} to the head node's host name or IP address")
-    return Placement(rank, nodes.count, address, nodes.master_port, nodes.backend)
+                           f"set {name} to the head node's host name or IP address")
+    return address

@@ -24,10 +24,10 @@ from typing import Any
 import psutil
 import structlog
 
+from launcher.errors import ConfigError, TransientFailure
 from launcher.procstat import is_vllm_title
 from launcher.run.logpump import LogPump, RotatingFile
 from launcher.run.processes import adopted, boot_id, in_session, name_of, reap_orphans, remembered, start_time, tree
-from launcher.errors import ConfigError, TransientFailure
 from launcher.vllm.command import CHILD_ENV, Plan, exec_problem
 from launcher.vllm.diagnose import Diagnoser, Diagnosis
 
