@@ -168,12 +168,30 @@ def _run(session: Session, directory: Path, previous: Any) -> int:
         if outcome.kind is Kind.RELOAD:
             candidate = reload.check(session)
             if candidate is not None:  # changed and checked: vLLM stops, and starts again from the new profile
-                reload.roll(session, candidate, lambda installed: _prepare(session, directory, installed))
+                _roll(session, candidate, directory)
             continue  # unchanged or refused: the server that answers goes on serving
         overrides = session.ready.overrides if session.ready is not None else {}
         session.ready = None
         serving.restart_or_give_up(session, outcome)
         session.ready = startup.start(session, dict(overrides))
+
+
+def _roll(session: Session, candidate: reload.Candidate, directory: Path) -> None:
+    """Stop vLLM and start it with the checked new profile; when that fails, start the old profile again on the
+    rung it served on. A failure of the old one too ends the run as any failed start does."""
+    old_config, old_installed, old_ready = session.config, session.vllm, session.ready
+    reload.stop_for(session, candidate)
+    session.ready, session.config = None, candidate.config
+    reload.record(session, reloading=True)
+    try:
+        session.ready = startup.start(session, _prepare(session, directory, candidate.installed))
+    except LauncherError as exc:
+        reason = reload.failed(session, exc, old_config.profile.digest)
+        session.config, session.installed = old_config, old_installed
+        reload.record(session, reloading=True, outcome="reverted", reason=reason)
+        session.ready = startup.start(session, dict(old_ready.overrides) if old_ready is not None else {})
+        return
+    reload.record(session, outcome="applied")
 
 
 def _prepare(session: Session, directory: Path, installed: Installed | None = None) -> dict[str, FlagValue | None]:

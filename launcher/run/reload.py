@@ -1,5 +1,6 @@
-"""SIGHUP: the profile read again, checked while the old vLLM serves, then a rolling restart that falls back to the
-old profile when the new one cannot start.
+"""SIGHUP: the profile read again and checked while the old vLLM serves; the rolling restart's steps and its
+record (the daemon strings them together: daemon._roll), falling back to the old profile when the new one
+cannot start.
 
 Everything that needs no GPU memory is checked before anything is stopped: the new profile loads, its secrets
 resolve, its vLLM binary answers with a version and a flag list that takes its flags, its first argv and
@@ -13,21 +14,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 
 import structlog
 
 from launcher.config.load import load
-from launcher.config.profile import FlagValue
 from launcher.errors import LauncherError
-from launcher.run import prelaunch, startup
+from launcher.run import prelaunch
 from launcher.run.session import Installed, RunConfig, Session, Stopped
 from launcher.runstate import Phase
 
 log = structlog.get_logger("vllm_launch")
-
-Prepare = Callable[[Installed], dict[str, FlagValue | None]]  # the daemon's pre-launch stage, after the stop
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Candidate:
@@ -73,34 +69,23 @@ def _refuse(session: Session, reason: str) -> None:
     session.store.update(reload={"outcome": "refused", "reason": reason, "at": time.time()})
 
 
-def roll(session: Session, candidate: Candidate, prepare: Prepare) -> None:
-    """Stop vLLM and start it with the new profile; if that fails, start the old profile again on the rung it
-    served on. A failure of the old profile too ends the run as any failed start does."""
-    old_config, old_installed, old_ready = session.config, session.vllm, session.ready
-    new = candidate.config.profile
-    log.info("reload.rolling", old_digest=old_config.profile.digest, new_digest=new.digest)
+def stop_for(session: Session, candidate: Candidate) -> None:
+    """The rolling restart's first step: say so, and stop the serving vLLM (the daemon then starts the new one)."""
+    log.info("reload.rolling", old_digest=session.profile.digest, new_digest=candidate.config.profile.digest)
     session.notify(STATUS="reloading: stopping vLLM to start it with the new profile")
-    session.stop_child(old_config.profile.launcher.stop_grace_s)
-    session.ready, session.config = None, candidate.config
-    _record(session, reloading=True)
-    try:
-        session.ready = startup.start(session, prepare(candidate.installed))
-    except LauncherError as exc:
-        reason = " ".join(str(exc).split())
-        log.error("reload.reverted", reason=reason, action="starting the profile as it was again",
-                  digest=old_config.profile.digest)
-        session.notify(STATUS=f"reload failed, starting the old profile again: {reason[:160]}")
-        if session.child is not None:
-            session.stop_child(0.0)
-        session.config, session.installed = old_config, old_installed
-        _record(session, reloading=True, outcome="reverted", reason=reason)
-        overrides = dict(old_ready.overrides) if old_ready is not None else {}
-        session.ready = startup.start(session, overrides)
-        return
-    _record(session, outcome="applied")
+    session.stop_child(session.profile.launcher.stop_grace_s)
 
 
-def _record(session: Session, *, reloading: bool = False, outcome: str | None = None, reason: str | None = None
+def failed(session: Session, error: LauncherError, old_digest: str) -> str:
+    """The new profile did not start: say that the old one starts again, and stop what is left; the reason."""
+    reason = " ".join(str(error).split())
+    log.error("reload.reverted", reason=reason, action="starting the profile as it was again", digest=old_digest)
+    session.notify(STATUS=f"reload failed, starting the old profile again: {reason[:160]}")
+    session.stop_child(0.0)
+    return reason
+
+
+def record(session: Session, *, reloading: bool = False, outcome: str | None = None, reason: str | None = None
             ) -> None:
     """The profile in force in state (its digest keys status's drift); with `outcome`, how the reload ended."""
     profile = session.profile
