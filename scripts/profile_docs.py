@@ -109,8 +109,12 @@ world-readable), logs, `plan` output or state files. A profile with a key writte
 ## env:
 
 Added to vLLM's environment: names of letters, digits and `_`, plain values only (text, numbers,
-true/false). A name that holds a secret (`…API_KEY`, `…TOKEN`, `…SECRET`, `…PASSWORD`) is refused here: use
-`api_key:` or `hf_token:`.
+true/false). A name that holds a secret (`AWS_SECRET_ACCESS_KEY`, anything with `SECRET`, `…API_KEY`, `…TOKEN`,
+`…PASSWORD`, `…CREDENTIALS`, `…PRIVATE_KEY`) or a URL with a password (`http://user:pass@proxy`) is refused
+here, since a profile is copied into ConfigMaps, backups and `tune --write`'s output: use `api_key:` or
+`hf_token:` for those two, and the launcher's own environment (systemd `EnvironmentFile=`, a Kubernetes
+Secret) for the rest; vLLM inherits it. No value may hold a NUL byte or be over 131,071 bytes (Linux's limit
+for one environment entry).
 """
 
 NODES = f"""\

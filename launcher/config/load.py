@@ -56,6 +56,24 @@ def _collect_lines(node: yaml.Node, prefix: str, lines: dict[str, int]) -> None:
             _collect_lines(value_node, key + ".", lines)
 
 
+def set_key(assignment: str) -> str:
+    """The KEY of `--set KEY=VALUE`, as apply_set reads it (surrounding spaces dropped)."""
+    return assignment.partition("=")[0].strip()
+
+
+def without_env_values(sets: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The --set overrides that may be kept on record (in state.json, for status), and the keys of the env ones,
+    whose values may be secrets (`env={...}`, ` env.X=...`): those keys only."""
+    kept, env_keys = [], []
+    for assignment in sets:
+        key = set_key(assignment)
+        if key.partition(".")[0] == "env":
+            env_keys.append(key)
+        else:
+            kept.append(assignment)
+    return kept, env_keys
+
+
 def apply_set(raw: dict[str, Any], assignment: str, origins: dict[str, str]) -> None:
     """`--set KEY=VALUE` applied to a parsed profile (the value typed as YAML types it), as `up` applies it and
     `tune --write` writes it."""

@@ -7,6 +7,7 @@ module says which rank this node is and where its head is (config/nodes_section.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -19,6 +20,13 @@ MASTER_PORT = 29501  # nodes.master_port unless the profile says
 LWS_RANK = "LWS_WORKER_INDEX"
 LWS_LEADER = "LWS_LEADER_ADDRESS"
 RANK_VARIABLE = "VLLM_LAUNCH_NODE_RANK"
+# A host name or an IPv4/IPv6 address: one argv word after --master-addr. Never a leading '-': vLLM's argparse
+# would read it as a flag of its own (--master-addr --headless).
+ADDRESS = re.compile(r"[A-Za-z0-9_.:\[\]][A-Za-z0-9_.:\[\]-]*")
+
+
+def is_address(text: str) -> bool:
+    return ADDRESS.fullmatch(text) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +76,25 @@ def placement(nodes: NodesSettings, source: str, rank: int | None, environ: Mapp
     if not 0 <= rank < nodes.count:
         raise ProfileError(source, "nodes", f"node rank {rank} is outside 0..{nodes.count - 1}",
                            f"give a rank from 0 (the head) to {nodes.count - 1}")
-    address = nodes.master_addr or (environ.get(nodes.master_addr_env, "") if nodes.master_addr_env else "")
-    address = address or environ.get(LWS_LEADER, "")
+    return Placement(rank, nodes.count, _head_address(nodes, source, environ), nodes.master_port, nodes.backend)
+
+
+def _head_address(nodes: NodesSettings, source: str, environ: Mapping[str, str]) -> str:
+    """nodes.master_addr as written (checked when the profile was read), else the variable its {env:} names,
+    else LWS_LEADER_ADDRESS; a variable's value is checked here, since it becomes one argv word."""
+    name = nodes.master_addr_env if nodes.master_addr is None else None
+    address = nodes.master_addr or (environ.get(name, "") if name else "")
+    if not address and environ.get(LWS_LEADER, ""):
+        name, address = LWS_LEADER, environ[LWS_LEADER]
     if not address:
         where = f"${nodes.master_addr_env} is empty" if nodes.master_addr_env else "nodes.master_addr is missing"
         raise ProfileError(source, "nodes.master_addr", f"{where}: the nodes cannot find their head",
                            "write master_addr: <the head node's address> (under a LeaderWorkerSet it comes "
                            f"from {LWS_LEADER})")
-    return Placement(rank, nodes.count, address.strip(), nodes.master_port, nodes.backend)
+    address = address.strip()
+    if name and not is_address(address):
+        shown = repr(address[:80]) + ("…" if len(address) > 80 else "")
+        raise ProfileError(source, "nodes.master_addr", f"${name}={shown} is not an address (it would reach "
+                           "vllm serve as --master-addr, maybe as an option of its own)",
+                           f"set {name} to the head node's host name or IP address")
+    return address

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from launcher.config.keys import KeyReader
-from launcher.config.nodes import BACKENDS, MASTER_PORT, NODES_KEYS, NodesSettings
+from launcher.config.nodes import BACKENDS, MASTER_PORT, NODES_KEYS, NodesSettings, is_address
 
 
 def read_nodes(r: KeyReader, raw: Any) -> NodesSettings | None:
@@ -32,7 +31,10 @@ def read_nodes(r: KeyReader, raw: Any) -> NodesSettings | None:
             raise r.fail("nodes.master_addr", "expected an address or {env: NAME}",
                          "write master_addr: 10.0.0.1 or master_addr: {env: VLLM_MASTER_ADDR}")
         address, address_env = None, str(written["env"])
-    elif address is not None and (not isinstance(address, str) or not re.fullmatch(r"[A-Za-z0-9_.:\[\]-]+", address)):
+    elif address is not None and isinstance(address, str) and address.startswith("-"):
+        raise r.fail("nodes.master_addr", f"{address!r} would reach vllm serve as an option, not an address",
+                     "write master_addr: 10.0.0.1 (the head node's host name or IP address)")
+    elif address is not None and (not isinstance(address, str) or not is_address(address)):
         raise r.fail("nodes.master_addr", f"not an address: {address!r}", "write master_addr: 10.0.0.1 (the head node)")
     port = raw.get("master_port", MASTER_PORT)
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from launcher.config.profile import Profile, SecretRef
+from launcher.config.spawnable import word_problem
 from launcher.errors import ConfigError
 
 
@@ -25,6 +26,10 @@ def _read(ref: SecretRef, key: str, environ: Mapping[str, str]) -> str:
                           "(systemd: LoadCredential= puts credentials in $CREDENTIALS_DIRECTORY)") from None
     if not value:
         raise ConfigError(f"{key}: {ref.ref} is empty; write the secret into it")
+    problem = word_problem(value, "VLLM_API_KEY=")  # it reaches vLLM as one environment entry
+    if problem:
+        raise ConfigError(f"{key}: {ref.ref} {problem}; "
+                          "write only the secret into it, on one line")
     return value
 
 

@@ -17,14 +17,19 @@ from launcher.config.launcher_section import read_launcher
 from launcher.config.nodes import NodesSettings
 from launcher.config.nodes_section import read_nodes
 from launcher.config.profile import KV_CACHE_DTYPES, FlagValue, LadderBounds, Profile, is_loopback, parse_max_model_len
+from launcher.config.spawnable import document_problem, word_problem
 from launcher.errors import ProfileError
 
 _TOP_KEYS = ("model", "vllm", "api_key", "hf_token", "allow_unauthenticated", "env", "launcher", "nodes")
 
-# Environment names that hold secrets: they must come from api_key/hf_token, never as literals.
-_SECRET_ENV = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD)$", re.IGNORECASE)
+# Environment names that hold secrets (AWS_SECRET_ACCESS_KEY, GITHUB_TOKEN, GOOGLE_CREDENTIALS, DB_PASSWORD):
+# never literals in a profile, which is copied into ConfigMaps, backups and tune's output.
+_SECRET_ENV = re.compile(r"SECRET|(API_?KEY|TOKEN|PASSWORD|PASSWD|CREDENTIALS?|PRIVATE_KEY)$", re.IGNORECASE)
+_CLIENT_SECRETS = {"VLLM_API_KEY": "api_key: {env: VLLM_API_KEY}", "HF_TOKEN": "hf_token: {env: HF_TOKEN}"}
 # Values that look like a credential whatever key they sit under (OpenAI-style, Hugging Face).
 _SECRET_VALUE = re.compile(r"^(sk-[A-Za-z0-9_-]{16,}|hf_[A-Za-z0-9]{20,})$")
+# A URL that carries a password (scheme://user:password@host): a proxy, a database, a private hub.
+_URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s:]*:[^/?#@\s]+@")
 # What argv may hold after `--`: letters, digits, dots, dashes, underscores (never `=` or a space, which
 # would let one key carry a second flag).
 _FLAG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -38,6 +43,9 @@ class ProfileValidator(KeyReader):
     """Turns the raw document into a Profile, raising on the first bad key."""
 
     def profile(self, raw: dict[str, Any], name: str) -> Profile:
+        unexecutable = document_problem(raw)
+        if unexecutable is not None:
+            raise self.fail(*unexecutable)
         self.known_keys(raw, _TOP_KEYS, "")
         self._refuse_plaintext_secrets(raw, "")
         model = raw.get("model")
@@ -107,6 +115,10 @@ class ProfileValidator(KeyReader):
             raise self.fail(key, "this looks like an API key or token written in plain text",
                             "move it to an environment variable or a file and write "
                             "api_key: {env: VLLM_API_KEY} (or hf_token: {env: HF_TOKEN})")
+        elif isinstance(data, str) and _URL_PASSWORD.search(data):
+            raise self.fail(prefix.rstrip("."), "this URL carries a password (user:password@) in plain text",
+                            "write the URL without it and give the credential to the launcher's own environment "
+                            "(systemd: EnvironmentFile= or LoadCredential=; Kubernetes: a Secret): vLLM inherits it")
 
     def _env(self, value: Any) -> dict[str, str]:
         env: dict[str, str] = {}
@@ -114,13 +126,21 @@ class ProfileValidator(KeyReader):
             key = f"env.{name}"
             if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
                 raise self.fail(key, "not a valid environment variable name", "use letters, digits and _")
-            if _SECRET_ENV.search(name):
+            if name.upper() in _CLIENT_SECRETS:
                 raise self.fail(key, "a secret is written in plain text in env:",
-                                "remove it and use api_key: {env: VLLM_API_KEY} or hf_token: {env: HF_TOKEN}; "
-                                "the launcher passes them to vLLM itself")
+                                f"remove it and write {_CLIENT_SECRETS[name.upper()]} (or {{file: PATH}}); "
+                                "the launcher passes it to vLLM itself")
+            if _SECRET_ENV.search(name):
+                raise self.fail(key, "a secret-looking variable is written in plain text in env: (the profile is "
+                                "copied into ConfigMaps, backups and tune --write's output)",
+                                f"remove it and export {name} in the launcher's own environment (systemd: "
+                                "EnvironmentFile= or LoadCredential=; Kubernetes: a Secret): vLLM inherits it")
             if isinstance(item, dict | list) or item is None:
                 raise self.fail(key, f"expected a string or number, got {type_name(item)}", f"write {name}: \"value\"")
             env[name] = str(item).lower() if isinstance(item, bool) else str(item)
+            problem = word_problem(env[name], f"{name}=")
+            if problem:
+                raise self.fail(key, f"the value {problem}", "write a shorter value")
         return env
 
     def _vllm(self, value: Any) -> dict[str, FlagValue]:
@@ -149,6 +169,11 @@ class ProfileValidator(KeyReader):
                                 "copy its flags into vllm:")
             if item is None:
                 continue  # `flag: null` means "leave vLLM's default"
+            if name.startswith("no-") and item is False:
+                # argparse's BooleanOptionalAction makes --X and --no-X; --no-no-X exists for no flag, and false of
+                # a store_true flag spelt no-… means leaving it out. One spelling: the positive one.
+                raise self.fail(key, f"{name}: false is a double negative vLLM cannot take (there is no --no-{name})",
+                                f"write {name[3:]}: true, or delete the line for vLLM's default")
             flags[name] = self._flag_value(name, item, key)
         return flags
 
@@ -190,6 +215,14 @@ class ProfileValidator(KeyReader):
                 raise self.fail(key, "lists may hold only plain values", f"write {name}: [a, b]")
             return tuple(item)
         if isinstance(item, dict):
+            try:  # as command.render_flag writes it: one argv word of JSON
+                text = json.dumps(item, separators=(",", ":"), sort_keys=True)
+            except (TypeError, ValueError) as exc:
+                raise self.fail(key, f"holds a value JSON cannot write ({exc})",
+                                "quote it to make it text (a date, for instance: '2024-01-01')") from None
+            problem = word_problem(text)
+            if problem:
+                raise self.fail(key, f"the value as JSON {problem}", "write a shorter value")
             return MappingProxyType(dict(item))
         if isinstance(item, bool | int | float | str):
             return item

@@ -16,10 +16,11 @@ import yaml
 
 from launcher.config import document
 from launcher.config.flags import SHIPPED_VERSION
+from launcher.config.load import loads
 from launcher.config.nodes import LWS_LEADER, RANK_VARIABLE
 from launcher.config.profile import Profile
 from launcher.deploy.systemd_plan import instance_name, stop_timeout_s
-from launcher.errors import ConfigError
+from launcher.errors import ConfigError, ProfileError
 
 PROFILE_DIR = "/etc/vllm-launch"
 SECRET_KEYS = {"api_key": "VLLM_API_KEY", "hf_token": "HF_TOKEN"}
@@ -120,7 +121,7 @@ def lws_manifest(profile: Profile, profile_text: str, *, image: str, gpus_per_no
 
     config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-profile", "namespace": namespace,
                                                                     "labels": dict(labels)},
-                  "data": {f"{profile.name}.yaml": _pod_profile(profile_text, profile.source, nodes)}}
+                  "data": {f"{profile.name}.yaml": _checked_pod_profile(profile, profile_text, nodes)}}
     lws = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
            "spec": {"replicas": 1, "leaderWorkerTemplate": {
@@ -130,6 +131,21 @@ def lws_manifest(profile: Profile, profile_text: str, *, image: str, gpus_per_no
                "spec": {"selector": {"leaderworkerset.sigs.k8s.io/name": name, "role": "leader"},
                         "ports": [{"name": "http", "port": port, "targetPort": port}]}}
     return [config_map, lws, service]
+
+
+def _checked_pod_profile(profile: Profile, text: str, nodes: Any) -> str:
+    """The pods' profile, validated as each pod's `vllm-launch up` will validate it: pods that would all exit
+    78 are refused here, with the fix, instead of printed."""
+    if profile.api_key is None and not profile.allow_unauthenticated:
+        raise ConfigError(f"{profile.source}: api_key: the pods serve on 0.0.0.0 (the Service reaches them there) "
+                          "and this profile has no API key, so every pod would exit 78; add api_key: "
+                          "{env: VLLM_API_KEY} (the pods read it from the Secret) or allow_unauthenticated: true")
+    rendered = _pod_profile(text, profile.source, nodes)
+    try:
+        loads(rendered, source=f"{profile.source} (as the pods read it)", name=profile.name)
+    except ProfileError as exc:
+        raise ConfigError(f"render lws: every pod would exit 78 on this profile: {exc}") from None
+    return rendered
 
 
 def _pod_profile(text: str, source: str, nodes: Any) -> str:

@@ -13,24 +13,22 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import structlog
 
-from launcher.config import flags, nodes, secrets, validate
-from launcher.config.load import load
+from launcher.config import nodes, validate
+from launcher.config.load import load, without_env_values
 from launcher.config.profile import FlagValue, Profile
 from launcher.errors import EX_OK, ConfigError, LadderExhausted, LauncherError, ProfileError, UsageError
-from launcher.run import container, ladder, listener, logs, metrics, prelaunch, serving, startup, state, supervisor
+from launcher.run import container, ladder, listener, logs, metrics, prelaunch, reload, serving, startup, state, supervisor
 from launcher.run.session import Installed, RunConfig, Session, Stopped, describe_overrides
 from launcher.run.supervisor import Kind
 from launcher.runstate import Decision, Phase
-from launcher.statedir import cache_dir, ensure_state_dirs, ensure_writable_dir
-from launcher.vllm import install
-from launcher.vllm.versions import semantics
+from launcher.statedir import ensure_state_dirs, ensure_writable_dir
 
 log = structlog.get_logger("vllm_launch")
 
@@ -99,6 +97,7 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
         raise ConfigError(f"nodes.backend is ray: only the head (rank 0) runs `vllm-launch up`; join this node to "
                           f"the Ray cluster instead (`ray start --address={where.master_addr}:6379`)")
     previous = state.read_json(directory / "state.json")
+    replayed, env_keys = without_env_values(sets)
     with state.held_locks(directory, profile.name, None if where and not where.head else profile.port, root):
         store = state.StateStore(directory)
         exporter = _start_metrics(profile, store)
@@ -106,9 +105,9 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
                      phase=Phase.PREFLIGHT, started_at=time.time(), decisions=[], attempt=0,
                      capacity=None, error=None, served_model_name=None, url=None,
                      restart_window_s=profile.launcher.restart.window_s,
-                     # For `status`'s drift, which renders the profile as a reload would. env.* values
-                     # never reach vLLM's argv and may be secrets: not kept.
-                     sets=[s for s in sets if not s.startswith("env.")],
+                     # For `status`'s drift, which renders the profile as a reload would. env values
+                     # never reach vLLM's argv and may be secrets: only their keys are kept.
+                     sets=replayed, env_sets=env_keys,
                      # The earlier run's processes stay on record until they are stopped (_run): a crash
                      # in between must not forget them.
                      child=previous.get("child") if isinstance(previous, dict) else None)
@@ -168,15 +167,9 @@ def _run(session: Session, directory: Path, previous: Any) -> int:
         if outcome.kind is Kind.STOPPED:
             return _shutdown(session, "signal")
         if outcome.kind is Kind.RELOAD:
-            new = _reload(session.config, session.installed, session.notify)
-            if new is not None:  # changed: vLLM stops, and starts again from the new profile
-                log.info("reload.rolling", old_digest=session.profile.digest, new_digest=new.profile.digest)
-                session.notify(STATUS="reloading: stopping vLLM to start it with the new profile")
-                session.stop_child(session.profile.launcher.stop_grace_s)
-                session.ready, session.config = None, new
-                session.store.update(profile_digest=new.profile.digest, phase=Phase.RELOADING,
-                                     restart_window_s=new.profile.launcher.restart.window_s)
-                session.ready = startup.start(session, _prepare(session, directory))
+            candidate = reload.check(session)
+            if candidate is not None:  # changed and checked: vLLM stops, and starts again from the new profile
+                _roll(session, candidate, directory)
             continue  # unchanged or refused: the server that answers goes on serving
         overrides = session.ready.overrides if session.ready is not None else {}
         session.ready = None
@@ -184,18 +177,33 @@ def _run(session: Session, directory: Path, previous: Any) -> int:
         session.ready = startup.start(session, dict(overrides))
 
 
-def _prepare(session: Session, directory: Path) -> dict[str, FlagValue | None]:
-    """What vLLM is, the flags it accepts, the GPU preflight: the overrides the first attempt starts with."""
+def _roll(session: Session, candidate: reload.Candidate, directory: Path) -> None:
+    """Stop vLLM and start it with the checked new profile; when that fails, start the old profile again on the
+    rung it served on. A failure of the old one too ends the run as any failed start does."""
+    old_config, old_installed, old_ready = session.config, session.vllm, session.ready
+    reload.stop_for(session, candidate)
+    session.ready, session.config = None, candidate.config
+    reload.record(session, reloading=True)
+    try:
+        session.ready = startup.start(session, _prepare(session, directory, candidate.installed))
+    except LauncherError as exc:
+        reason = reload.failed(session, exc, old_config.profile.digest)
+        session.config, session.installed = old_config, old_installed
+        reload.record(session, reloading=True, outcome="reverted", reason=reason)
+        session.ready = startup.start(session, dict(old_ready.overrides) if old_ready is not None else {})
+        return
+    reload.record(session, outcome="applied")
+
+
+def _prepare(session: Session, directory: Path, installed: Installed | None = None) -> dict[str, FlagValue | None]:
+    """What vLLM is, the flags it accepts, the GPU preflight: the overrides the first attempt starts with.
+    `installed`: the vLLM a reload already probed while the old one served."""
     prof = session.profile
-    keys = secrets.resolve(prof, session.environ)
-    vllm_bin = install.find_vllm(prof.launcher.vllm_bin, session.environ)
-    # Each probe below can take many seconds (vLLM imports torch): a SIGTERM ends it and the run at once.
-    version = install.installed_version(vllm_bin, run=session.run_command)
-    catalog = install.catalog_for(vllm_bin, version, cache_dir(session.environ), run=session.run_command)
+    # Each probe can take many seconds (vLLM imports torch): a SIGTERM ends it and the run at once.
+    session.installed = installed or prelaunch.probe_vllm(session.config, session.run_command)
     session.check_stop()
-    flags.check_profile_flags(prof, catalog)
-    session.installed = Installed(str(vllm_bin), semantics(version), catalog, keys)
-    log.info("preflight.vllm", vllm=str(vllm_bin), version=version, flags=catalog.source)
+    log.info("preflight.vllm", vllm=session.vllm.vllm_bin, version=session.vllm.semantics.version,
+             flags=session.vllm.catalog.source)
     start, gpu = prelaunch.preflight(session)
     session.check_stop()
     session.installed = installed = dataclasses.replace(
@@ -225,32 +233,6 @@ def _last_known_good(directory: Path, installed: Installed
     except ProfileError as exc:
         log.warning("last_known_good.ignored", error=str(exc), action="starting from the profile as written")
         return None
-
-
-def _reload(config: RunConfig, installed: Installed | None, notify: Callable[..., None]) -> RunConfig | None:
-    """SIGHUP: read the profile again. Unchanged or invalid: keep serving (and say why; None). Changed: the
-    run configuration to start vLLM with. A new port needs a restart: the port lock is ours."""
-    old = config.profile
-    try:
-        new = load(old.source, config.sets)
-        if installed is not None:
-            flags.check_profile_flags(new, installed.catalog)
-        secrets.resolve(new, config.environ)
-    except Exception as exc:  # whatever reading the new profile does, the server that answers goes on
-        # A LauncherError is already one line; anything else (a bug the profile found) gets its type named.
-        reason = str(exc) if isinstance(exc, LauncherError) else f"{old.source}: {type(exc).__name__}: {exc}"
-        reason = " ".join(reason.split())
-        log.error("reload.refused", reason=reason, action="still serving the profile as it was")
-        notify(STATUS=f"reload refused: {reason[:200]}")
-        return None
-    if new.digest == old.digest:
-        log.info("reload.unchanged")
-        return None
-    if (new.port, new.host) != (old.port, old.host):
-        log.error("reload.refused", reason="vllm.port or vllm.host changed: restart the service to move it")
-        notify(STATUS="reload refused: a new port or host needs a restart")
-        return None
-    return dataclasses.replace(config, profile=new)
 
 
 def _shutdown(session: Session, why: str) -> int:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import structlog
 
 from launcher.config.settings import default_seconds
 from launcher.errors import TransientFailure
-from launcher.gpu.inventory import GpuDevice, GpuProbe
+from launcher.gpu.inventory import GpuDevice, GpuInventory, GpuProbe
 from launcher.units import GIB
 
 log = structlog.get_logger("vllm_launch")
@@ -51,6 +51,27 @@ def held(devices: tuple[GpuDevice, ...], base: Baseline, ours: frozenset[int] = 
         if d.used_bytes - base.used[d.index] - strangers > max(MARGIN_BYTES, int(d.total_bytes * MARGIN_FRACTION)):
             busy.append(d)
     return busy
+
+
+def as_if_stopped(inventory: GpuInventory, base: Baseline | None, ours: frozenset[int]) -> GpuInventory:
+    """The GPUs as they will be once our serving tree has stopped and given its memory back, for a reload's
+    preflight before the stop. Ours is what the driver lists under our PIDs; where it lists none of them (a
+    container sees host PIDs, an old driver no per-process figure), the growth over the pre-launch baseline.
+    A stranger's memory stays counted: it will still be held when the new vLLM starts."""
+    if base is None:
+        return inventory
+    devices = []
+    for d in inventory.devices:
+        listed = [p for p in d.processes if p.pid in ours]
+        if listed:
+            held_by_us = sum(p.used_bytes or 0 for p in listed)
+        else:
+            held_by_us = max(0, d.used_bytes - base.used.get(d.index, d.used_bytes))
+        held_by_us = min(held_by_us, d.used_bytes)
+        devices.append(replace(d, used_bytes=d.used_bytes - held_by_us,
+                               free_bytes=min(d.total_bytes, d.free_bytes + held_by_us),
+                               processes=tuple(p for p in d.processes if p.pid not in ours)))
+    return replace(inventory, devices=tuple(devices))
 
 
 def wait_for_release(probe: GpuProbe, base: Baseline, wait: Callable[[float], bool], *,

@@ -7,10 +7,13 @@ this profile left behind, and re-reads the GPUs once they are gone.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 
+from launcher.config import flags, secrets
 from launcher.config.profile import FlagValue, Profile
 from launcher.errors import ConfigError, PreflightError
 from launcher.gpu.inventory import GpuInventory
@@ -18,13 +21,57 @@ from launcher.gpu.match import device_cc
 from launcher.plan.facts import gather, read_inventory
 from launcher.plan.hostfacts import host_facts
 from launcher.plan.preflight import FP8_KV_MIN_CC, evaluate
-from launcher.plan.problems import Severity
+from launcher.plan.problems import PreflightResult, Severity
 from launcher.run import gpurelease, processes
-from launcher.run.session import GpuIdentity, Session
-from launcher.vllm import command
+from launcher.run.session import GpuIdentity, Installed, RunConfig, Session
+from launcher.statedir import cache_dir
+from launcher.vllm import command, install
+from launcher.vllm.versions import semantics
 
 log = structlog.get_logger("vllm_launch")
 
+
+def probe_vllm(config: RunConfig, run: Callable[..., Any]) -> Installed:
+    """The profile's secrets, its vLLM binary, version and flag list, and its flags checked against that list;
+    `run` runs the probes (each can take many seconds: vLLM imports torch)."""
+    prof = config.profile
+    keys = secrets.resolve(prof, config.environ)
+    vllm_bin = install.find_vllm(prof.launcher.vllm_bin, config.environ)
+    version = install.installed_version(vllm_bin, run=run)
+    catalog = install.catalog_for(vllm_bin, version, cache_dir(config.environ), run=run)
+    flags.check_profile_flags(prof, catalog)
+    return Installed(str(vllm_bin), semantics(version), catalog, keys)
+
+
+def check_while_serving(session: Session, config: RunConfig, installed: Installed) -> None:
+    """A reload's checks before the serving vLLM is stopped: what needs no GPU memory. The first attempt's argv
+    and environment can be exec'd, and preflight's pure checks pass on the GPUs as they will be after the stop
+    (gpurelease.as_if_stopped: the memory our tree holds counted free). On the CPU backend the host-memory
+    check is skipped: the serving vLLM holds that RAM and its RSS counts shared pages once per process, so no
+    honest figure exists before the stop; the preflight after the stop still makes it. Nothing is stopped."""
+    prof = config.profile
+    plan = command.build_plan(prof, {}, vllm_bin=installed.vllm_bin, catalog=installed.catalog,
+                              placement=config.placement)
+    problem = command.exec_problem(plan, installed.secrets)
+    if problem:
+        raise ConfigError(problem)
+    child = session.child
+    ours = frozenset(child.known) | {child.pid} if child is not None else frozenset()
+    cpu = prof.launcher.device == "cpu"
+    inventory = GpuInventory(source="host") if cpu else gpurelease.as_if_stopped(
+        read_inventory(config.inventory_path, config.environ), session.gpu_baseline, ours)
+    facts = gather(prof, plan, None if cpu else inventory, version=installed.semantics, environ=config.environ,
+                   records=session.store.directory)
+    host = host_facts(prof, environ=config.environ)
+    host = dataclasses.replace(host, leftovers=tuple(p for p in host.leftovers if p.pid not in ours),
+                               memory_available_bytes=None if cpu else host.memory_available_bytes)
+    _refuse_blocking(evaluate(prof, inventory, host=host, capacity=facts.capacity, version=installed.semantics))
+
+
+def _refuse_blocking(result: PreflightResult) -> None:
+    if result.blocking:
+        errors = [f"{p.code}: {p.message} → {p.fix}" for p in result.problems if p.severity is Severity.ERROR]
+        raise PreflightError("preflight: " + " | ".join(errors))
 
 
 def stop_recorded_leftovers(previous: Any) -> None:
@@ -79,9 +126,7 @@ def preflight(session: Session) -> tuple[dict[str, FlagValue | None], GpuIdentit
             "preflight.problem", code=problem.code, message=problem.message, fix=problem.fix)
     for change in result.changes:
         log.info("preflight.change", change=change)
-    if result.blocking:
-        errors = [f"{p.code}: {p.message} → {p.fix}" for p in result.problems if p.severity is Severity.ERROR]
-        raise PreflightError("preflight: " + " | ".join(errors))
+    _refuse_blocking(result)
     if cap is not None:
         log.info("preflight.ok", kv_tokens_estimate=cap.kv_tokens, sessions_estimate=cap.sessions,
                  verdict=cap.verdict, basis=cap.basis, error_range=cap.error_range)

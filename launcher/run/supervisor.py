@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import enum
+import errno
 import os
 import signal
 import subprocess
@@ -23,10 +24,11 @@ from typing import Any
 import psutil
 import structlog
 
+from launcher.errors import ConfigError, TransientFailure
 from launcher.procstat import is_vllm_title
 from launcher.run.logpump import LogPump, RotatingFile
 from launcher.run.processes import adopted, boot_id, in_session, name_of, reap_orphans, remembered, start_time, tree
-from launcher.vllm.command import CHILD_ENV, Plan
+from launcher.vllm.command import CHILD_ENV, Plan, exec_problem
 from launcher.vllm.diagnose import Diagnoser, Diagnosis
 
 log = structlog.get_logger("vllm_launch")
@@ -37,6 +39,9 @@ FAILED_ATTEMPT_GRACE_S = 0.3
 STARTUP_GRACE_S = 5.0
 # Once the API server has exited, its engine and workers get this long to exit by themselves.
 ENGINE_CLEANUP_S = 5.0
+# An exec that fails with these fails again the same way: not a failure a retry can fix.
+_PERMANENT_EXEC_ERRORS = frozenset({errno.E2BIG, errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR,
+                                    errno.ENAMETOOLONG, errno.ELOOP})
 
 
 @dataclass
@@ -152,9 +157,19 @@ def child_environment(plan: Plan, secrets: Mapping[str, str], environ: Mapping[s
 def spawn(plan: Plan, *, attempt: int, secrets: Mapping[str, str], sink: RotatingFile | None, echo: bool = True,
           environ: Mapping[str, str] | None = None, popen: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen,
           block_size: int = 16) -> Child:
-    """Start `vllm serve` in its own session with stdout and stderr merged into one pipe."""
-    proc = popen(list(plan.argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                 env=child_environment(plan, secrets, environ), start_new_session=True, close_fds=True)
+    """Start `vllm serve` in its own session with stdout and stderr merged into one pipe. What cannot be exec'd
+    is one line: ConfigError for what the profile or the binary decides, TransientFailure for the rest."""
+    problem = exec_problem(plan, secrets)
+    if problem:
+        raise ConfigError(f"{problem}; fix it in the profile (or the secret's source)")
+    try:
+        proc = popen(list(plan.argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                     env=child_environment(plan, secrets, environ), start_new_session=True, close_fds=True)
+    except OSError as exc:
+        message = f"cannot start {plan.argv[0]}: {exc.strerror or exc}"
+        if exc.errno in _PERMANENT_EXEC_ERRORS:
+            raise ConfigError(f"{message}; check launcher.vllm_bin and the size of the profile's values") from None
+        raise TransientFailure(message) from None
     if proc.stdout is None:
         raise RuntimeError("spawn: the child has no stdout pipe")
     pump = LogPump(proc.stdout, sink, echo, Diagnoser(block_size))

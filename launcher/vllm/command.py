@@ -15,6 +15,7 @@ from types import MappingProxyType
 from launcher.config.flags import FlagCatalog
 from launcher.config.nodes import Placement
 from launcher.config.profile import FlagValue, FlagViews, Profile
+from launcher.config.spawnable import word_problem
 
 Overrides = Mapping[str, FlagValue | None]  # flag → new value; None removes the flag
 
@@ -173,3 +174,22 @@ def build_plan(profile: Profile, overrides: Overrides | None = None, *, vllm_bin
         served_model_name=served_name, startup_timeout_s=profile.launcher.startup_timeout_s,
         startup_stall_s=profile.launcher.startup_stall_s, stop_grace_s=profile.launcher.stop_grace_s,
     )
+
+
+def exec_problem(plan: Plan, secrets: Mapping[str, str]) -> str | None:
+    """Why execve(2) would refuse this plan's argv or environment (a NUL byte, a word over MAX_ARG_STRLEN),
+    naming the flag or the variable, never the value; None when it can start. The profile's validation
+    refuses these already: this catches what only the launch assembles (secrets, the rank's --master-addr)."""
+    for index, word in enumerate(plan.argv):
+        problem = word_problem(word)
+        if problem:
+            flag = next((w for w in reversed(plan.argv[:index + 1]) if w.startswith("--")), None)
+            what = f"the value of {flag}" if flag and flag != word else f"argument {index} ({word[:40]!r})"
+            return f"vllm serve's command line cannot be started: {what} {problem}"
+    for origin, entries in (("env", plan.env), ("secret", secrets)):
+        for name, value in entries.items():
+            problem = word_problem(value, f"{name}=")
+            if problem:
+                what = f"env.{name}" if origin == "env" else f"the secret {name}"
+                return f"vLLM's environment cannot be set: {what} {problem}"
+    return None

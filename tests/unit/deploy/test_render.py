@@ -157,3 +157,21 @@ def test_no_image_floats_on_latest() -> None:
     assert {f"v{SHIPPED_VERSION}"} == set(re.findall(r"v\d+\.\d+\.\d+", dockerfile))
     sources = [ROOT / "Dockerfile", *(ROOT / "launcher").rglob("*.py"), *(ROOT / "scripts").iterdir()]
     assert [] == [str(p) for p in sources if p.is_file() and ":latest" in p.read_text(errors="replace")]
+
+
+def test_a_loopback_profile_without_an_api_key_is_refused_not_rendered_into_pods_that_exit_78() -> None:
+    """The pods serve on 0.0.0.0 (the Service reaches them there): without api_key each would exit 78."""
+    text = TWO.replace("host: 0.0.0.0", "host: 127.0.0.1").replace("api_key: {env: VLLM_API_KEY}\n", "")
+    with pytest.raises(ConfigError) as caught:
+        render.lws_manifest(loads(text), text, image="x")
+    assert "api_key: {env: VLLM_API_KEY}" in str(caught.value) and "\n" not in str(caught.value)
+    allowed = text + "allow_unauthenticated: true\n"
+    assert 3 == len(render.lws_manifest(loads(allowed), allowed, image="x"))
+
+
+def test_what_the_pods_read_is_validated_as_they_would_validate_it() -> None:
+    """The ConfigMap is the profile text as given: a plain secret in env: there never reaches a ConfigMap."""
+    text = TWO + "env: {AWS_SECRET_ACCESS_KEY: wJalrXUtnFEMI}\n"
+    with pytest.raises(ConfigError) as caught:
+        render.lws_manifest(loads(TWO), text, image="x")
+    assert "env.AWS_SECRET_ACCESS_KEY" in str(caught.value) and "wJalrXUtnFEMI" not in str(caught.value)

@@ -14,8 +14,9 @@ from launcher.config import flags
 from launcher.config.load import load, loads
 from launcher.config.profile import Profile
 from launcher.errors import PreflightError
-from launcher.run import daemon, prelaunch
-from launcher.run.session import Installed, RunConfig
+from launcher.run import daemon, prelaunch, reload
+from launcher.run.session import Installed, RunConfig, Session
+from launcher.run.state import StateStore
 from launcher.vllm.versions import semantics
 from tests.unit.config.test_document import bomb
 
@@ -40,7 +41,7 @@ def test_an_earlier_runs_processes_stay_on_record_until_they_are_stopped(
 
 
 class Statuses(list[str]):
-    """The STATUS= lines `_reload` sends systemd."""
+    """The STATUS= lines a reload sends systemd."""
 
     def notify(self, **fields: str) -> None:
         self.append(fields["STATUS"])
@@ -48,24 +49,26 @@ class Statuses(list[str]):
 
 @pytest.mark.parametrize(("break_it", "words"), [
     (lambda path, monkeypatch: path.write_bytes(path.read_bytes() + b"# r\xe9sum\xe9\n"), "byte 0xe9 at offset"),
-    (lambda path, monkeypatch: monkeypatch.setattr(daemon, "load", _raise_bug), "RuntimeError: a bug"),
+    (lambda path, monkeypatch: monkeypatch.setattr(reload, "load", _raise_bug), "RuntimeError: a bug"),
     # An alias bomb: refused while composing, so the main thread is back to its watchdog pings at once.
     (lambda path, monkeypatch: path.write_text(bomb(6)), "more than 20,000 values once its aliases are expanded"),
 ])
 def test_a_reload_that_fails_in_any_way_keeps_serving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                        break_it: Any, words: str) -> None:
     """Any failure reading the new profile (a bad byte, or a bug: not only LauncherError) is reload.refused
-    with one line; the daemon goes on with the profile it serves."""
+    with one line, recorded in state; the daemon goes on with the profile it serves."""
     path = tmp_path / "p.yaml"
     path.write_text("model: /m\nvllm: {host: 127.0.0.1, port: 18999}\nlauncher: {device: cpu}\n")
-    config = RunConfig(load(path), {})
+    session = Session(RunConfig(load(path), {}), threading.Event(), StateStore(tmp_path))
     statuses = Statuses()
+    monkeypatch.setattr(session, "notify", statuses.notify)
     break_it(path, monkeypatch)
     with capture_logs() as logs:
-        assert daemon._reload(config, None, statuses.notify) is None
+        assert reload.check(session) is None
     refused = [e for e in logs if e["event"] == "reload.refused"]
     assert 1 == len(refused) and words in refused[0]["reason"] and "\n" not in refused[0]["reason"]
     assert words in statuses[0]
+    assert "refused" == session.store.data["reload"]["outcome"]
 
 
 def installed(lkg_key: str) -> Installed:

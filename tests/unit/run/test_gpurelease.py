@@ -69,3 +69,23 @@ def test_memory_that_stays_held_names_the_pid_and_does_not_launch() -> None:
 
 def test_a_stop_ends_the_wait() -> None:
     assert gpurelease.wait_for_release(Probe(device(20.0)), BASE, lambda s: True) is False
+
+
+def free_gib(inventory: GpuInventory) -> float:
+    return round(inventory.devices[0].free_bytes / GIB, 2)
+
+
+def test_a_reload_counts_the_memory_our_serving_tree_holds_as_free() -> None:
+    """Before a reload stops vLLM, preflight sees the GPU as the new vLLM will: our engine's 40 GiB free,
+    the notebook's (PID 77, there before our launch) and a newcomer's (PID 900) still held."""
+    now = GpuInventory(source="test", devices=(device(51.0 - 3, (77, 1.0), (500, 40.0), (900, 7.0)),), visible=(0,))
+    after = gpurelease.as_if_stopped(now, BASE, frozenset({500, 501}))
+    assert free_gib(now) + 40.0 == free_gib(after)
+    assert [77, 900] == [p.pid for p in after.devices[0].processes]
+
+
+def test_without_our_pids_in_the_driver_list_the_growth_over_the_baseline_is_ours() -> None:
+    """In a container NVML lists host PIDs (none of ours): what grew since our launch is counted as ours."""
+    now = GpuInventory(source="test", devices=(device(41.0, (77, 1.0), (12345, 40.0)),), visible=(0,))
+    assert free_gib(now) + 40.0 == free_gib(gpurelease.as_if_stopped(now, BASE, frozenset({500})))
+    assert now == gpurelease.as_if_stopped(now, None, frozenset({500})), "no baseline (no GPU): as it is"

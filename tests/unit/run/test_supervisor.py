@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import os
 import stat
 import subprocess
@@ -14,7 +16,7 @@ import psutil
 import pytest
 
 from launcher.config.load import loads
-from launcher.errors import ConfigError
+from launcher.errors import ConfigError, TransientFailure
 from launcher.run import logpump, processes, readiness, supervisor
 from launcher.run.health import Probe
 from launcher.vllm import command
@@ -143,3 +145,42 @@ class TestSignals:
             assert stop.wait(2)
         assert signal.getsignal(signal.SIGTERM) is before
         assert signal.set_wakeup_fd(-1) == -1, "the wakeup fd is given back"
+
+
+class TestUnexecutable:
+    """What execve cannot take is one line before anything is spawned (a reload checks it before the stop)."""
+
+    @pytest.mark.parametrize(("env", "secrets", "words"), [
+        ({"SOME_SETTING": "a\0b"}, {}, "env.SOME_SETTING"),
+        ({}, {"VLLM_API_KEY": "key\0with-a-nul"}, "VLLM_API_KEY"),
+        ({"SOME_SETTING": "x" * 140_000}, {}, "MAX_ARG_STRLEN"),
+    ])
+    def test_a_nul_or_an_oversized_entry_is_one_line_naming_it(self, env: dict[str, str], secrets: dict[str, str],
+                                                               words: str) -> None:
+        plan = dataclasses.replace(plan_for(["x"]), env=env)
+        assert command.exec_problem(plan, secrets) is not None
+        with pytest.raises(ConfigError) as caught:
+            supervisor.spawn(plan, attempt=1, secrets=secrets, sink=None, echo=False, popen=_never)
+        message = str(caught.value)
+        assert words in message and "\n" not in message and "with-a-nul" not in message
+
+    def test_an_argv_word_over_the_limit_names_its_flag(self) -> None:
+        plan = plan_for(["vllm", "serve", "m", "--chat-template", "t" * 200_000])
+        problem = command.exec_problem(plan, {})
+        assert problem is not None and "--chat-template" in problem and "MAX_ARG_STRLEN" in problem
+
+    @pytest.mark.parametrize(("error", "kind"), [(OSError(errno.E2BIG, "Argument list too long"), ConfigError),
+                                                 (FileNotFoundError(errno.ENOENT, "No such file"), ConfigError),
+                                                 (OSError(errno.EAGAIN, "Resource busy"), TransientFailure)])
+    def test_an_exec_that_fails_is_one_line(self, error: OSError, kind: type[Exception]) -> None:
+        def failing(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+            raise error
+
+        with pytest.raises(kind) as caught:
+            supervisor.spawn(plan_for(["/opt/vllm/bin/vllm", "serve", "m"]), attempt=1, secrets={}, sink=None,
+                             echo=False, popen=failing)
+        assert "/opt/vllm/bin/vllm" in str(caught.value) and error.strerror in str(caught.value)
+
+
+def _never(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+    raise AssertionError("nothing is spawned")

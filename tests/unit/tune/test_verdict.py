@@ -111,3 +111,16 @@ def test_the_tuned_text_keeps_every_other_key() -> None:
 def test_the_pareto_front_keeps_what_nothing_beats_on_both_axes() -> None:
     points = [(50.0, 100.0), (40.0, 160.0), (45.0, 150.0), (30.0, 150.0), (20.0, 200.0), (50.0, 90.0), (40.0, 160.0)]
     assert report.pareto_front(points) == [(20.0, 200.0), (40.0, 160.0), (45.0, 150.0), (50.0, 100.0)]
+
+
+def test_a_plain_secret_in_env_is_never_copied_into_the_tuned_profile(tmp_path: Path) -> None:
+    """tune --write copies the original profile: an AWS key or a proxy password written in its env: would be
+    copied with it, so the copy is refused, naming the key and not the value."""
+    for extra, key in (("env: {AWS_SECRET_ACCESS_KEY: wJalrXUtnFEMI}\n", "env.AWS_SECRET_ACCESS_KEY"),
+                       ("env: {HTTPS_PROXY: 'http://bob:hunter42@proxy:3128'}\n", "env.HTTPS_PROXY")):
+        original = tmp_path / "p.yaml"
+        original.write_text(PROFILE + extra)
+        with pytest.raises(UsageError) as caught:
+            write_profile(str(tmp_path / "tuned.yaml"), str(original), ("vllm.max-num-seqs=64",), [])
+        assert key in str(caught.value) and "wJalrXUtnFEMI" not in str(caught.value)
+        assert "hunter42" not in str(caught.value) and not (tmp_path / "tuned.yaml").exists()
