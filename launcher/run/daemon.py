@@ -24,6 +24,7 @@ from launcher.config import flags, nodes, secrets, validate
 from launcher.config.load import load
 from launcher.config.profile import FlagValue, Profile
 from launcher.errors import EX_OK, ConfigError, LauncherError, ProfileError, UsageError
+from launcher.oneline import one_line
 from launcher.run import container, ladder, logs, metrics, prelaunch, serving, startup, state, supervisor
 from launcher.run.session import Installed, RunConfig, Session, Stopped, describe_overrides
 from launcher.run.supervisor import Kind
@@ -121,7 +122,7 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
         except Stopped:
             return _shutdown(session, "signal")
         except LauncherError as exc:
-            store.update(phase=Phase.FAILED, error=str(exc))
+            store.update(phase=Phase.FAILED, error=one_line(exc, 0))
             session.notify(STATUS=f"failed: {str(exc)[:200]}")
             log.error("failed", exit_code=exc.exit_code, error=str(exc))
             raise
