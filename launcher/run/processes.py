@@ -83,6 +83,27 @@ def tree(pid: int) -> list[psutil.Process]:
         return []
 
 
+def descendants(roots: Iterable[int]) -> list[psutil.Process]:
+    """Every live process below `roots` (not the roots), from one read of the process table: after vLLM's API
+    server has exited, its engine's children are no longer in the leader's tree, but still below the engine."""
+    wanted = set(roots)
+    procs: dict[int, psutil.Process] = {}
+    children: dict[int, list[int]] = {}
+    for proc in psutil.process_iter(["ppid"]):
+        procs[proc.pid] = proc
+        children.setdefault(proc.info.get("ppid") or 0, []).append(proc.pid)
+    found: dict[int, psutil.Process] = {}
+    todo = [c for root in wanted for c in children.get(root, [])]
+    while todo:
+        pid = todo.pop()
+        if pid in found or pid in wanted:
+            continue
+        if alive(pid):
+            found[pid] = procs[pid]
+        todo.extend(children.get(pid, []))
+    return list(found.values())
+
+
 def adopted(leader: int, since: float) -> list[psutil.Process]:
     """Our own children, other than vLLM's `leader`, started since it did (`since`: processes.start_time),
     with their descendants. While vLLM runs the daemon starts no lasting process of its own, and as
