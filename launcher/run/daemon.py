@@ -25,7 +25,7 @@ from launcher.config.load import load
 from launcher.config.profile import FlagValue, Profile
 from launcher.errors import EX_OK, ConfigError, LauncherError, ProfileError, UsageError
 from launcher.oneline import one_line
-from launcher.run import container, ladder, logs, metrics, prelaunch, serving, startup, state, supervisor
+from launcher.run import container, ladder, logs, metrics, parentwatch, prelaunch, serving, startup, state, supervisor
 from launcher.run.session import Installed, RunConfig, Session, Stopped, describe_overrides
 from launcher.run.supervisor import Kind
 from launcher.runstate import Decision, Phase
@@ -278,6 +278,7 @@ def up(profile_path: str | None, *, sets: tuple[str, ...] = (), inventory_path: 
     prof = load(profile_path, sets)
     structlog.contextvars.bind_contextvars(profile=prof.name)
     with stop_on_signals() as (stop, reload):
+        parentwatch.watch_parent(os.environ)  # started by tune or bench --compare: stop when that is gone
         return run(prof, stop, inventory_path=inventory_path, console=True, reload=reload, sets=sets,
                    verbose=verbose, node_rank=node_rank)
 

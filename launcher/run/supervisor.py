@@ -25,6 +25,7 @@ import structlog
 
 from launcher.procstat import is_vllm_title
 from launcher.run.logpump import LogPump, RotatingFile
+from launcher.run.parentwatch import PARENT_VARIABLE
 from launcher.run.processes import (
     adopted,
     boot_id,
@@ -147,9 +148,10 @@ def set_child_subreaper() -> bool:
 
 def child_environment(plan: Plan, secrets: Mapping[str, str], environ: Mapping[str, str] | None = None
                       ) -> dict[str, str]:
-    """Our environment minus systemd's notify/watchdog variables, plus the plan's env and the secrets."""
+    """Our environment minus systemd's notify/watchdog variables (and the parent `up` watches), plus the plan's
+    env and the secrets."""
     env = dict(os.environ if environ is None else environ)
-    for key in CHILD_ENV.strip:
+    for key in (*CHILD_ENV.strip, PARENT_VARIABLE):
         env.pop(key, None)
     env.update(plan.env)
     env.update(secrets)
