@@ -24,11 +24,3 @@ def alive(pid: int) -> bool:
 def is_vllm_title(name: str) -> bool:
     """vLLM names its engine and workers (setproctitle): `VLLM::EngineCore`, `VLLM::Worker_TP1`, …"""
     return name.startswith("VLLM::") or "EngineCore" in name
-
-
-def one_line(text: str, limit: int = 200) -> str:
-    """A stranger's text (a command line, an error) fit for one log or error line: control characters (newlines,
-    ANSI escapes) become spaces, runs of spaces one, at most `limit` characters."""
-    cleaned = "".join(ch if ch.isprintable() else " " for ch in text)
-    cleaned = " ".join(cleaned.split())
-    return cleaned if len(cleaned) <= limit else cleaned[:limit - 1] + "…"

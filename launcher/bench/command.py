@@ -29,6 +29,7 @@ from launcher.config.load import load
 from launcher.config.profile import Profile
 from launcher.errors import EX_CONFIG, EX_OK, Outcome
 from launcher.run import listener, processes
+from launcher.run.parentwatch import PARENT_VARIABLE
 from launcher.runstate import Phase, State, read_state
 from launcher.statedir import state_root
 from launcher.vllm import command as vllm_command
@@ -201,8 +202,9 @@ class supervised:  # noqa: N801 - used as a context manager, like contextlib's
     def __enter__(self) -> supervised:
         # Its stderr goes to a file, not a pipe: nobody reads a pipe while it serves, and one that fills blocks it.
         self.errors = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(self.argv, env=self.environ, stdout=subprocess.DEVNULL, stderr=self.errors,
-                                     start_new_session=True)
+        # Its own session keeps a Ctrl-C ours alone; PARENT_VARIABLE makes it stop should we die unannounced.
+        self.proc = subprocess.Popen(self.argv, env={**self.environ, PARENT_VARIABLE: str(os.getpid())},
+                                     stdout=subprocess.DEVNULL, stderr=self.errors, start_new_session=True)
         deadline = time.monotonic() + self.ready_timeout_s
         try:
             while time.monotonic() < deadline:

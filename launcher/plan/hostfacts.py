@@ -1,9 +1,10 @@
 """What preflight needs to know about the host besides its GPUs, read cheaply and never raising.
 
 /dev/shm, free disk where the model will be downloaded, whether it already is,
-the CUDA version torch was built for, free RAM, and our own leftover vLLM
-processes. `host_facts` reads the machine; `preflight.evaluate` only reads the
-`HostFacts` it returns, so the checks stay pure and testable.
+the CUDA version torch was built for, free RAM, and the vLLM processes no live
+server owns: ours (by proof, plan/ownership.py) and a stranger's. `host_facts`
+reads the machine; `preflight.evaluate` only reads the `HostFacts` it returns,
+so the checks stay pure and testable.
 """
 
 from __future__ import annotations
@@ -12,28 +13,19 @@ import importlib.util
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.plan import modelinfo
-from launcher.procstat import is_vllm_title
+from launcher.plan.ownership import LocalProcess, ProcessIter, local_vllm
 
 if TYPE_CHECKING:
     from launcher.config.profile import Profile
 
 SHM_PATH = "/dev/shm"  # noqa: S108  (only measured, never written)
 _TORCH_CUDA = re.compile(r"^cuda\s*(?::[^=]*)?=\s*['\"](\d+\.\d+)", re.MULTILINE)
-
-
-@dataclass(frozen=True, slots=True)
-class LocalProcess:
-    """A process of ours on this host (a local PID: unlike NVML's, safe to signal)."""
-
-    pid: int
-    name: str
-    why: str  # "recorded in state" or "orphaned VLLM:: process"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +40,8 @@ class HostFacts:
     model_present_bytes: int = 0  # of those, already on disk (a partial download)
     torch_cuda: str | None = None  # torch.version.cuda of vLLM's torch, e.g. "12.8"
     memory_available_bytes: int | None = None
-    leftovers: tuple[LocalProcess, ...] = ()
+    leftovers: tuple[LocalProcess, ...] = ()  # ours, by proof (plan/ownership.py): `up` stops them
+    strangers: tuple[LocalProcess, ...] = ()  # vLLM processes no live server owns and nothing proves ours
 
     @classmethod
     def none(cls) -> HostFacts:
@@ -59,10 +52,7 @@ class HostFacts:
         return asdict(self)
 
 
-ProcessIter = Callable[..., Iterable[Any]]
-
-
-def host_facts(profile: Profile | None, *, environ: Mapping[str, str] | None = None, state_pids: Sequence[int] = (),
+def host_facts(profile: Profile | None, *, environ: Mapping[str, str] | None = None,
                process_iter: ProcessIter | None = None, shm_path: str = SHM_PATH) -> HostFacts:
     """Read the machine for `profile` (None: only what needs no profile). Cheap: no imports of torch."""
     env = dict(os.environ if environ is None else environ)
@@ -70,11 +60,12 @@ def host_facts(profile: Profile | None, *, environ: Mapping[str, str] | None = N
         env.update(profile.env)  # vLLM runs with the profile's env: its HF_HOME is where the model goes
     cache = modelinfo.hf_hub_cache(env)
     downloaded, size, present = _model_files(profile.model, env) if profile is not None else (None, None, 0)
+    vllm = local_vllm(process_iter=process_iter)
     return HostFacts(
         shm_bytes=_fs_size(shm_path), cache_dir=str(cache), cache_free_bytes=_fs_free(cache),
         model_downloaded=downloaded, model_bytes=size, model_present_bytes=present,
         torch_cuda=torch_cuda(_torch_version_files(profile, env)), memory_available_bytes=_available_memory(),
-        leftovers=leftovers(state_pids, process_iter=process_iter),
+        leftovers=vllm.ours, strangers=vllm.strangers,
     )
 
 
@@ -161,58 +152,3 @@ def _available_memory() -> int | None:
         return int(psutil.virtual_memory().available)
     except (ImportError, OSError):
         return None
-
-
-def leftovers(state_pids: Sequence[int], *, process_iter: ProcessIter | None = None,
-              uid: int | None = None, own_pid: int | None = None) -> tuple[LocalProcess, ...]:
-    """Our processes that outlived their launcher: those in our state, and orphaned `VLLM::` ones.
-
-    vLLM names its processes (`VLLM::EngineCore`, `VLLM::Worker_TP0`, `VLLM::APIServer_0`); one that no
-    live vLLM server owns (its parent is neither `vllm serve` nor a `VLLM::` process that one owns)
-    belongs to no running server, whoever adopted it: init, our daemon as subreaper, `systemd --user`,
-    `tini -s`. A `VLLM::` process under a live server is someone's running server, maybe another
-    profile's, and is not a leftover. Only this user's processes are considered.
-    """
-    try:
-        import psutil
-    except ImportError:
-        return ()
-    process_iter = process_iter or psutil.process_iter
-    uid = os.getuid() if uid is None else uid
-    own_pid = os.getpid() if own_pid is None else own_pid
-    found: dict[int, LocalProcess] = {}
-    vllm: dict[int, tuple[str, int]] = {}  # pid → (name, ppid)
-    servers: set[int] = set()  # live `vllm serve` API servers, of any user
-    try:
-        for proc in process_iter(["pid", "name", "ppid", "uids", "status", "cmdline"]):
-            info = proc.info
-            if info.get("status") == "zombie":
-                continue
-            name = info.get("name") or ""
-            if is_vllm_server(info.get("cmdline") or ()):
-                servers.add(info["pid"])
-            uids = info.get("uids")
-            if uids is None or uids.real != uid or info["pid"] == own_pid:
-                continue
-            if info["pid"] in state_pids:
-                found[info["pid"]] = LocalProcess(info["pid"], name, "recorded in state")
-            if is_vllm_title(name):
-                vllm[info["pid"]] = (name, info.get("ppid") or 0)
-    except (OSError, psutil.Error):
-        return tuple(found.values())
-    owned = {pid for pid, (_, ppid) in vllm.items() if ppid in servers}
-    grew = True
-    while grew:  # an engine's workers, an API server process's engine: owned through their parent
-        more = {pid for pid, (_, ppid) in vllm.items() if ppid in owned and pid not in owned}
-        owned |= more
-        grew = bool(more)
-    for pid in sorted(set(vllm) - owned):
-        found.setdefault(pid, LocalProcess(pid, vllm[pid][0], "orphaned VLLM:: process"))
-    return tuple(sorted(found.values(), key=lambda p: p.pid))
-
-
-def is_vllm_server(cmdline: Sequence[str]) -> bool:
-    """`vllm serve …` (the console script) or `python -m vllm.entrypoints…`: vLLM's API server, untitled."""
-    args = list(cmdline)
-    return any(Path(arg).name == "vllm" and args[i + 1:i + 2] == ["serve"] for i, arg in enumerate(args)) or \
-        any(arg.startswith("vllm.entrypoints") for arg in args)

@@ -16,7 +16,8 @@ from launcher.gpu.inventory import GpuDevice, GpuInventory, GpuProcess
 from launcher.gpu.match import device_cc, device_model, gpu_spec
 from launcher.plan.capacity import CapacityPlan
 from launcher.plan.hostchecks import cuda_check, host_checks, host_memory_check
-from launcher.plan.hostfacts import HostFacts, LocalProcess
+from launcher.plan.hostfacts import HostFacts
+from launcher.plan.ownership import LocalProcess
 from launcher.plan.problems import ERROR, WARNING, Findings, PreflightResult, gib
 from launcher.units import GIB
 from launcher.vllm.versions import VersionSemantics
@@ -220,6 +221,14 @@ def _leftover_check(host: HostFacts, out: Findings) -> None:
         out.add(WARNING, "leftover_processes",
                 f"{n} leftover vLLM process{'es' if n > 1 else ''} of ours ({_local(host.leftovers)}) will be "
                 "stopped before launch", "nothing to do for `up`; `vllm-launch down PROFILE` stops them now")
+    if host.strangers:
+        n = len(host.strangers)
+        # Nothing proves these ours (plan/ownership.py): a notebook's LLM(), `vllm bench`, a Ray replica.
+        out.add(WARNING, "vllm_processes_not_ours",
+                f"{n} vLLM process{'es' if n > 1 else ''} that nothing shows to be ours ("
+                + ", ".join(f"pid {p.pid} {p.name}: {p.why}" for p in host.strangers) + ") are left alone",
+                "if they hold memory this profile needs, stop them yourself; what a killed `vllm-launch up` left "
+                "is known by its state and stopped by the next `up` or by `vllm-launch down PROFILE`")
 
 
 def _foreign_check(devices: Sequence[GpuDevice], host: HostFacts, out: Findings) -> None:

@@ -226,8 +226,7 @@ def _agent_facts(profile: Profile, files: ModelFiles | None, catalog: flags.Flag
 
 def run_preflight(profile_path: str | None, *, sets: Sequence[str] = (), inventory_path: str | None = None,
                 environ: Mapping[str, str] | None = None,
-                probe_factory: Callable[[Mapping[str, str] | None], GpuProbe | None] = detect,
-                state_pids: Sequence[int] = ()) -> PreflightResult:
+                probe_factory: Callable[[Mapping[str, str] | None], GpuProbe | None] = detect) -> PreflightResult:
     """`vllm-launch preflight [PROFILE] [--gpu-inventory FILE]`: read the GPUs and the host, then evaluate."""
     environ = os.environ if environ is None else environ
     prof = load(profile_path, sets) if profile_path else None
@@ -235,7 +234,7 @@ def run_preflight(profile_path: str | None, *, sets: Sequence[str] = (), invento
         inventory = GpuInventory(source="none", notes=("launcher.device: cpu: the GPUs are not probed",))
     else:
         inventory = read_inventory(inventory_path, environ, probe_factory)
-    host = host_facts(prof, environ=environ, state_pids=state_pids)
+    host = host_facts(prof, environ=environ)
     if prof is None:
         return evaluate_inventory(inventory, host)
     try:

@@ -24,7 +24,21 @@ from launcher.config import nodes, validate
 from launcher.config.load import load, without_env_values
 from launcher.config.profile import FlagValue, Profile
 from launcher.errors import EX_OK, ConfigError, LadderExhausted, LauncherError, ProfileError, UsageError
-from launcher.run import container, ladder, listener, logs, metrics, prelaunch, reload, serving, startup, state, supervisor
+from launcher.oneline import one_line
+from launcher.run import (
+    container,
+    ladder,
+    listener,
+    logs,
+    metrics,
+    parentwatch,
+    prelaunch,
+    reload,
+    serving,
+    startup,
+    state,
+    supervisor,
+)
 from launcher.run.session import Installed, RunConfig, Session, Stopped, describe_overrides
 from launcher.run.supervisor import Kind
 from launcher.runstate import Decision, Phase
@@ -121,7 +135,7 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
             return _shutdown(session, "signal")
         except LauncherError as exc:
             # ladder_exhausted: exit 75 either way, but only this one the profile's flags decided (tune caches it)
-            store.update(phase=Phase.FAILED, error=str(exc), ladder_exhausted=isinstance(exc, LadderExhausted))
+            store.update(phase=Phase.FAILED, error=one_line(exc, 0), ladder_exhausted=isinstance(exc, LadderExhausted))
             session.notify(STATUS=f"failed: {str(exc)[:200]}")
             log.error("failed", exit_code=exc.exit_code, error=str(exc))
             raise
@@ -260,6 +274,7 @@ def up(profile_path: str | None, *, sets: tuple[str, ...] = (), inventory_path: 
     prof = load(profile_path, sets)
     structlog.contextvars.bind_contextvars(profile=prof.name)
     with stop_on_signals() as (stop, reload):
+        parentwatch.watch_parent(os.environ)  # started by tune or bench --compare: stop when that is gone
         return run(prof, stop, inventory_path=inventory_path, console=True, reload=reload, sets=sets,
                    verbose=verbose, node_rank=node_rank)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.errors import ConfigError
-from launcher.procstat import one_line
+from launcher.oneline import one_line
 
 TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 # A box with a busy proxy can have many sockets; the tables are read whole, but never without a bound.

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.errors import ConfigError, LockHeld
+from launcher.oneline import one_line
 from launcher.procstat import stat_fields
 from launcher.run.processes import boot_id
 
@@ -141,10 +142,10 @@ def not_our_daemon(path: Path, pid: int) -> str | None:
     except psutil.Error as exc:
         return f"its command line cannot be read ({type(exc).__name__})"
     if not is_up_command(cmdline):
-        return f"it runs {' '.join(cmdline)[:200] or '?'}"
+        return f"it runs {one_line(' '.join(cmdline)) or '?'}"  # a stranger's words: one line, no escapes
     recorded = recorded_identity(path)
     if recorded != identity(pid).split():
-        return f"the lock file names {' '.join(recorded) or 'nobody'}, not PID {pid} as started on this boot"
+        return f"the lock file names {one_line(' '.join(recorded), 80) or 'nobody'}, not PID {pid} as started on this boot"
     return None
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 
+from launcher.oneline import one_line
 from launcher.procstat import alive, stat_fields
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -39,18 +40,39 @@ def boot_id() -> str | None:
 
 
 def recorded_children(data: Any) -> list[psutil.Process]:
-    """The processes an earlier run recorded in state.json (`child.known`) that are still alive and still
-    the same processes: same boot, same PID, same start time. Anything malformed means none."""
+    """The processes an earlier run left alive that are provably its own: recorded in state.json (`child.known`:
+    same boot, same PID, same start time), or still in the session of the `vllm serve` it started in a new
+    session (`session_members`). Anything malformed proves nothing."""
     child = data.get("child") if isinstance(data, dict) else None
     if not isinstance(child, dict) or child.get("boot_id") != boot_id():
         return []
     known = child.get("known")
-    if not isinstance(known, dict) or not known:
-        return []
     try:
-        return remembered({int(pid): float(t) for pid, t in known.items()})
+        found = remembered({int(pid): float(t) for pid, t in known.items()}) if isinstance(known, dict) else []
     except (TypeError, ValueError):
+        found = []
+    seen = {p.pid for p in found}
+    return found + [p for p in session_members(child.get("pgid"), child.get("start_time")) if p.pid not in seen]
+
+
+def session_members(sid: object, leader_started: object) -> list[psutil.Process]:
+    """This user's live processes in the session of a `vllm serve` we started with setsid, whose leader started at
+    `leader_started` (processes.start_time): an engine orphaned before the daemon put it on record still carries
+    that session id, whoever adopted it. The kernel keeps a session's id from reuse while any member lives; a
+    live leader that started at another time means the id was reused, and the session is somebody else's."""
+    if not isinstance(sid, int) or isinstance(sid, bool) or sid <= 1 or not isinstance(leader_started, float | int):
         return []
+    if alive(sid):
+        with contextlib.suppress(psutil.Error):
+            if abs(start_time(psutil.Process(sid)) - leader_started) >= 0.01:
+                return []
+    uid = os.getuid()
+    found = []
+    for proc in in_session(sid):
+        with contextlib.suppress(psutil.Error):
+            if proc.pid != os.getpid() and proc.uids().real == uid and start_time(proc) >= leader_started - 0.01:
+                found.append(proc)
+    return found
 
 
 def tree(pid: int) -> list[psutil.Process]:
@@ -59,6 +81,27 @@ def tree(pid: int) -> list[psutil.Process]:
         return [leader, *leader.children(recursive=True)]
     except psutil.Error:
         return []
+
+
+def descendants(roots: Iterable[int]) -> list[psutil.Process]:
+    """Every live process below `roots` (not the roots), from one read of the process table: after vLLM's API
+    server has exited, its engine's children are no longer in the leader's tree, but still below the engine."""
+    wanted = set(roots)
+    procs: dict[int, psutil.Process] = {}
+    children: dict[int, list[int]] = {}
+    for proc in psutil.process_iter(["ppid"]):
+        procs[proc.pid] = proc
+        children.setdefault(proc.info.get("ppid") or 0, []).append(proc.pid)
+    found: dict[int, psutil.Process] = {}
+    todo = [c for root in wanted for c in children.get(root, [])]
+    while todo:
+        pid = todo.pop()
+        if pid in found or pid in wanted:
+            continue
+        if alive(pid):
+            found[pid] = procs[pid]
+        todo.extend(children.get(pid, []))
+    return list(found.values())
 
 
 def adopted(leader: int, since: float) -> list[psutil.Process]:
@@ -128,8 +171,9 @@ def reap_orphans(tracked: subprocess.Popen[bytes] | None = None) -> list[int]:
 
 
 def name_of(proc: psutil.Process) -> str:
+    """The name a process gave itself, fit for one line (it may be anyone's text)."""
     try:
-        return proc.name()
+        return one_line(proc.name(), 80) or "?"
     except psutil.Error:
         return "?"
 

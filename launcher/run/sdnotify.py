@@ -13,6 +13,8 @@ from collections.abc import Mapping
 
 import structlog
 
+from launcher.oneline import one_line
+
 log = structlog.get_logger("vllm_launch.sdnotify")
 
 
@@ -27,7 +29,8 @@ def notify(fields: Mapping[str, str | int], environ: Mapping[str, str] | None = 
     elif not address.startswith("/"):
         log.debug("sdnotify.unsupported_socket", address=address)  # e.g. vsock: in VMs
         return False
-    payload = "\n".join(f"{key}={value}" for key, value in fields.items()).encode()
+    # A newline in a value would start a field of its own (a READY=1 in an error that quotes a stranger).
+    payload = "\n".join(f"{key}={one_line(value, 0)}" for key, value in fields.items()).encode()
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
             sock.connect(address)

@@ -19,7 +19,8 @@ from typing import Any
 import structlog
 
 from launcher.errors import EX_OK, ConfigError, TransientFailure
-from launcher.procstat import alive, one_line
+from launcher.oneline import one_line
+from launcher.procstat import alive
 from launcher.run import locks
 from launcher.run.locks import acquire_lock, held_locks, lock_holder, release_lock
 from launcher.runstate import FINAL_PHASES, Decision, Phase, State, read_state
@@ -203,7 +204,7 @@ def _status_text(data: Mapping[str, Any]) -> str:
     for decision in found.decisions[-5:]:
         lines.append(f"  decision   attempt {decision.attempt}: {decision.cls} → {decision.change} ({decision.reason})")
     if found.error:
-        lines.append(f"  error      {found.error}")
+        lines.append(f"  error      {one_line(found.error, 0)}")  # it may quote a stranger, or be tampered with
     return "\n".join(lines)
 
 

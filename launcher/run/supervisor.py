@@ -27,7 +27,19 @@ import structlog
 from launcher.errors import ConfigError, TransientFailure
 from launcher.procstat import is_vllm_title
 from launcher.run.logpump import LogPump, RotatingFile
-from launcher.run.processes import adopted, boot_id, in_session, name_of, reap_orphans, remembered, start_time, tree
+from launcher.run.parentwatch import PARENT_VARIABLE
+from launcher.run.processes import (
+    adopted,
+    boot_id,
+    descendants,
+    in_session,
+    live_processes,
+    name_of,
+    reap_orphans,
+    remembered,
+    start_time,
+    tree,
+)
 from launcher.vllm.command import CHILD_ENV, Plan, exec_problem
 from launcher.vllm.diagnose import Diagnoser, Diagnosis
 
@@ -74,8 +86,10 @@ class Child:
 
     def remember_descendants(self) -> None:
         """Snapshot the tree, and what the daemon adopted from it, so that a process that later escapes the
-        group, or left the tree by a double fork, is still stopped."""
-        for proc in tree(self.pid):
+        group, or left the tree by a double fork, is still stopped. The tree is everything below the leader and
+        below every process already on record (an engine whose API server has exited keeps its workers)."""
+        roots = {self.pid, *(p.pid for p in remembered(self.known))}
+        for proc in [*live_processes([self.pid]), *descendants(roots)]:
             with contextlib.suppress(psutil.Error):
                 self.known.setdefault(proc.pid, start_time(proc))
                 if not is_vllm_title(self.titles.get(proc.pid, "")):
@@ -145,9 +159,10 @@ def set_child_subreaper() -> bool:
 
 def child_environment(plan: Plan, secrets: Mapping[str, str], environ: Mapping[str, str] | None = None
                       ) -> dict[str, str]:
-    """Our environment minus systemd's notify/watchdog variables, plus the plan's env and the secrets."""
+    """Our environment minus systemd's notify/watchdog variables (and the parent `up` watches), plus the plan's
+    env and the secrets."""
     env = dict(os.environ if environ is None else environ)
-    for key in CHILD_ENV.strip:
+    for key in (*CHILD_ENV.strip, PARENT_VARIABLE):
         env.pop(key, None)
     env.update(plan.env)
     env.update(secrets)
@@ -197,6 +212,13 @@ def stop_tree(child: Child, grace_s: float, *, tick: Callable[[], None] = lambda
     remembered process, reap, and verify. `tick` runs in every wait (the watchdog)."""
     child.pump.expect_shutdown()
     child.remember_descendants()
+
+    def rescan() -> None:
+        # A descendant may leave the session (setsid) and the tree (its parent exits) while the tree stops:
+        # every wait looks again at the tree and at what the daemon adopted, and puts the newcomers on record.
+        tick()
+        child.remember_descendants()
+
     popen = child.popen
     termed = time.monotonic()
     exited_after: float | None = 0.0 if popen.poll() is not None else None
@@ -204,7 +226,7 @@ def stop_tree(child: Child, grace_s: float, *, tick: Callable[[], None] = lambda
     if popen.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             popen.send_signal(signal.SIGTERM)
-        if _wait_until(lambda: popen.poll() is not None, grace_s, tick):
+        if _wait_until(lambda: popen.poll() is not None, grace_s, rescan):
             exited_after = time.monotonic() - termed
         else:
             escalated_after = time.monotonic() - termed  # the deadline passed: the group is killed below
@@ -214,7 +236,8 @@ def stop_tree(child: Child, grace_s: float, *, tick: Callable[[], None] = lambda
         for proc in remembered(child.known) + in_session(child.pgid):
             with contextlib.suppress(psutil.Error):
                 proc.terminate()
-        _wait_until(lambda: not (remembered(child.known) + in_session(child.pgid)), cleanup_s, tick)
+        _wait_until(lambda: not (remembered(child.known) + in_session(child.pgid)), cleanup_s, rescan)
+    child.remember_descendants()
     survivors = remembered(child.known) + in_session(child.pgid)
     killed = []
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -228,6 +251,7 @@ def stop_tree(child: Child, grace_s: float, *, tick: Callable[[], None] = lambda
     psutil.wait_procs(survivors, timeout=5)
     reap_orphans(popen)
     child.pump.join(timeout=2.0)
+    child.remember_descendants()  # one started in the last moments is not stopped, but it is reported
     leftovers = tuple(f"{p.pid} {name_of(p)}" for p in remembered(child.known) + in_session(child.pgid))
     return StopReport(popen.returncode, tuple(sorted(set(killed))), leftovers, grace_s, exited_after, escalated_after)
 

@@ -234,3 +234,23 @@ def test_bad_arguments_are_one_line_and_exit_2(tuner: Any, args: tuple[str, ...]
     code, _, err = t.run(*args, timeout=60)
     assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
     assert not t.launches()
+
+
+def test_a_sigkilled_tune_leaves_no_server_running(tuner: Any) -> None:
+    """The OOM killer or `timeout -k` SIGKILLs `tune` while a candidate serves: the `up` it started sees its parent
+    gone and stops in order (vLLM first, state says stopped), instead of holding the GPU, port and lock for good."""
+    t = tuner([LOAD])
+    proc = subprocess.Popen(t.argv("--grid", "max-num-seqs=1,4"), cwd=t.tmp, env=t.env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    state = t.state / "profile" / "state.json"
+    try:
+        poll_for(lambda: state.exists() and json.loads(state.read_text()).get("phase") == "serving", 120,
+                 "the first candidate serving")
+        child = json.loads(state.read_text())["pid"]
+        proc.kill()
+        proc.wait(10)
+        poll_for(lambda: not t.leftovers(), 60, "the up that tune started, and its vLLM, to stop")
+    finally:
+        with_suppress(proc.kill)
+    assert "stopped" == json.loads(state.read_text())["phase"], "the up stopped in order"
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE

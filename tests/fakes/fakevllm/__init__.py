@@ -63,7 +63,9 @@ Scenario rules come from the JSON file in $FAKE_VLLM_SCENARIOS: a list of object
     ignore_term     "startup": SIGTERM is ignored until "Application startup complete" is printed, as
                     vLLM ignores it while its engine starts; false: honoured at once; true: always ignored
     grandchild      false: true starts an extra process in the group; "setsid": one that escapes it;
-                    "double-fork": one that leaves the tree as well (its parent exits; setsid)
+                    "double-fork": one that leaves the tree as well (its parent exits; setsid);
+                    "setsid-on-stop": a "setsid" one started by the orderly shutdown (after SIGTERM),
+                    which the API server's exit leaves to the nearest subreaper
     die_after_s     none: the engine exits 1 by itself this long after serving began (no cleanup: the shm
                     marker stays; its GPU memory is still given back release_delay_s later)
     engine_cleanup_s 0.3: how long the engine's orderly shutdown takes (the shm marker goes at its end)

@@ -252,6 +252,8 @@ class ApiServer:
             if wedge is not None and not self.server.wedged.is_set() and time.monotonic() - since >= wedge:
                 self.server.wedged.set()
                 mark("wedged")
+        if self.sc.grandchild == "setsid-on-stop":
+            grandchild("setsid")  # started after the supervisor's SIGTERM: on no record yet, in no session of ours
         for line in SHUTDOWN_LINES:
             emit(line.format(pid=self.pid))
         self.stop_engine()
@@ -294,8 +296,9 @@ class ApiServer:
 def grandchild(kind: bool | str) -> None:
     """An extra process: in the group (true), one that escapes it with setsid ("setsid"), or one that
     leaves the tree too ("double-fork": the middle process forks, the grandchild calls setsid and the
-    middle exits at once, as daemon(3) does; the grandchild is left to the nearest subreaper)."""
-    if not kind:
+    middle exits at once, as daemon(3) does; the grandchild is left to the nearest subreaper).
+    "setsid-on-stop" starts nothing here: the orderly shutdown starts a "setsid" one (ApiServer.serve)."""
+    if not kind or kind == "setsid-on-stop":
         return
     code = "import time\nwhile True: time.sleep(1)"
     if kind == "double-fork":

@@ -6,7 +6,6 @@ import json
 import shutil
 import struct
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -20,7 +19,8 @@ from launcher.gpu.inventory import GpuDevice, GpuInventory
 from launcher.gpu.inventory_file import FakeProbe
 from launcher.gpu.match import gpu_spec, inventory_from_spec, match_gpu
 from launcher.plan.capacity import CapacityPlan
-from launcher.plan.hostfacts import HostFacts, LocalProcess, host_facts, leftovers, torch_cuda
+from launcher.plan.hostfacts import HostFacts, host_facts, torch_cuda
+from launcher.plan.ownership import LocalProcess
 from launcher.plan.preflight import evaluate, fitting_utilization
 from launcher.plan.problems import PreflightResult, Problem
 from launcher.plan.render import preflight_text
@@ -63,7 +63,7 @@ def cap(weights: int = 30 * GIB, budget: int = int(0.92 * L40S_CUDA_TOTAL), per_
     )
 
 
-LEFTOVER = LocalProcess(4343, "VLLM::EngineCore", "orphaned VLLM:: process")
+LEFTOVER = LocalProcess(4343, "VLLM::EngineCore", "in our own process tree")
 
 
 def found(result: PreflightResult) -> list[tuple[str, str]]:
@@ -400,55 +400,7 @@ def hub_snapshot(hf_home: Path, model: str = "org/tiny") -> Path:
     return snapshot
 
 
-class FakeProc:
-    def __init__(self, pid: int, name: str, ppid: int, uid: int = 1000, status: str = "sleeping",
-                 cmdline: list[str] | None = None) -> None:
-        self.info = {"pid": pid, "name": name, "ppid": ppid, "uids": SimpleNamespace(real=uid), "status": status,
-                     "cmdline": [name] if cmdline is None else cmdline}
-
-
-PROCESSES = [
-    FakeProc(1, "tini", 0, uid=0),
-    FakeProc(100, "bash", 1),
-    FakeProc(200, "VLLM::EngineCore", 1),  # orphaned: its API server is gone
-    FakeProc(201, "VLLM::Worker_TP0", 200),  # a worker of that orphan
-    FakeProc(300, "vllm", 100, cmdline=["/venv/bin/python3", "/venv/bin/vllm", "serve", "Qwen/Qwen3-8B"]),  # serving
-    FakeProc(301, "VLLM::EngineCore", 300),  # its engine: not a leftover
-    FakeProc(400, "VLLM::EngineCore", 1, uid=1001),  # another user's
-    FakeProc(500, "VLLM::EngineCore", 4711),  # parent gone without re-parenting seen
-    FakeProc(600, "VLLM::EngineCore", 1, status="zombie"),
-    FakeProc(700, "python3", 1),  # recorded in our state
-]
-
-
-# Orphans adopted by a subreaper that is not PID 1: the engine's parent is alive, yet no vLLM server.
-ADOPTED = [
-    FakeProc(1, "systemd", 0, uid=0),
-    FakeProc(900, "systemd", 1, cmdline=["/usr/lib/systemd/systemd", "--user"]),
-    FakeProc(901, "VLLM::EngineCore", 900),  # adopted by `systemd --user`
-    FakeProc(902, "VLLM::Worker_TP0", 901),
-    FakeProc(910, "tini", 1, cmdline=["/usr/bin/tini", "-s", "--", "bash"]),
-    FakeProc(911, "VLLM::EngineCore", 910),  # adopted by `tini -s`
-    FakeProc(920, "python3", 1, cmdline=["/usr/bin/python3", "-m", "vllm.entrypoints.openai.api_server"]),
-    FakeProc(921, "VLLM::EngineCore", 920),  # the engine of a server started as a module: not orphaned
-    FakeProc(922, "VLLM::APIServer_0", 920),  # an API server process of that server
-    FakeProc(923, "VLLM::EngineCore", 922),
-]
-
-
 class TestHostFacts:
-    def test_an_orphan_is_known_by_what_it_is_not_by_who_adopted_it(self) -> None:
-        """Under systemd --user or tini -s an orphaned engine's parent is a live subreaper, not PID 1: a
-        VLLM:: process whose parent is no vLLM server (nor a VLLM:: process of one) is a leftover."""
-        got = leftovers([], process_iter=lambda attrs: ADOPTED, uid=1000, own_pid=42)
-        assert [901, 902, 911] == [p.pid for p in got]
-
-    def test_leftovers(self) -> None:
-        """Orphaned VLLM:: processes of this user (and their workers) and state PIDs are leftovers."""
-        got = leftovers([700, 999], process_iter=lambda attrs: PROCESSES, uid=1000, own_pid=42)
-        assert [(200, "orphaned VLLM:: process"), (201, "orphaned VLLM:: process"),
-                (500, "orphaned VLLM:: process"), (700, "recorded in state")] == [(p.pid, p.why) for p in got]
-
     @pytest.mark.parametrize(("text", "expected"), [
         ("__version__ = '2.7.0+cu128'\ncuda: Optional[str] = '12.8'\n", "12.8"),
         ("cuda = '11.8'\n", "11.8"),

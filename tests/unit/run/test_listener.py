@@ -128,10 +128,3 @@ def test_a_taken_port_is_78_naming_the_holder_and_the_key(server: socket.socket)
     with pytest.raises(ConfigError, match=r"set vllm\.port to a free port") as found:
         listener.check_port("127.0.0.1", port)
     assert f"held by PID {os.getpid()} (" in str(found.value)
-
-
-def test_a_strangers_command_line_is_one_line_without_control_characters() -> None:
-    from launcher.procstat import one_line
-
-    assert one_line("python\n\x1b[31mevil\x1b[0m\tx  y") == "python [31mevil [0m x y"
-    assert len(one_line("a" * 500, 40)) == 40

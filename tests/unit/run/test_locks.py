@@ -29,9 +29,10 @@ time.sleep(60)
 
 
 @contextlib.contextmanager
-def holder(tmp_path: Path, lock: Path, *, daemon: bool) -> Iterator[subprocess.Popen[str]]:
-    """A process holding `lock`: run as `vllm-launch up qwen3` (daemon) or as a plain `python -c`."""
-    code = HOLD.format(root=str(ROOT))
+def holder(tmp_path: Path, lock: Path, *, daemon: bool, says: str = "") -> Iterator[subprocess.Popen[str]]:
+    """A process holding `lock`: run as `vllm-launch up qwen3` (daemon) or as a plain `python -c` (whose
+    command line starts with what it `says`: a process puts what it likes there)."""
+    code = ("'''" + says + "'''" if says else "") + HOLD.format(root=str(ROOT))
     if daemon:
         script = tmp_path / "bin" / "vllm-launch"
         script.parent.mkdir(exist_ok=True)
@@ -186,6 +187,19 @@ class TestDownSignalsOnlyOurDaemon:
             assert f"held by PID {stranger.pid}" in str(caught.value)
             assert "not this profile's `vllm-launch up`" in str(caught.value)
             assert "nothing was signalled" in str(caught.value)
+            assert stranger.poll() is None
+
+    def test_a_strangers_command_line_reaches_the_error_as_one_clean_line(self, tmp_path: Path) -> None:
+        """Whatever a stranger put on its command line (newlines, ANSI escapes), `down`'s error is one line with no
+        control character in it."""
+        directory = profile_dir(tmp_path)
+        hostile = "\x1b[2J\x1b[31mdone\nqwen3: stopped (vllm-launch PID 1)\x1b]0;title\x07\u202ereversed"
+        with holder(tmp_path, directory / "lock", daemon=False, says=hostile) as stranger:
+            with pytest.raises(TransientFailure) as caught:
+                state.down_command("qwen3", timeout=5, environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
+            text = str(caught.value)
+            assert f"held by PID {stranger.pid}" in text and "done qwen3: stopped" in text
+            assert [] == [c for c in text if not c.isprintable()], text
             assert stranger.poll() is None
 
     def test_a_lock_file_naming_another_process_signals_neither(self, tmp_path: Path) -> None:

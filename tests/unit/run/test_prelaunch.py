@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -117,3 +118,45 @@ def test_up_on_the_cpu_backend_probes_no_gpu(tmp_path: Path, monkeypatch: pytest
     overrides, gpu = prelaunch.preflight(session)
     assert ({}, ("cpu", 1, None)) == (overrides, tuple(gpu))
     assert session.store.data["fp8_kv"] is None, "no compute capability to judge FP8 KV by on the CPU backend"
+
+
+# A `vllm serve` stand-in started in its own session: it starts an "engine" in that session and prints both PIDs.
+LEADER = ("import subprocess, sys, time\n"
+          "engine = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+          "print(engine.pid, flush=True)\n"
+          "time.sleep(60)\n")
+
+
+@pytest.mark.parametrize(("leader_gone", "recorded_shift", "ours"), [
+    (True, 0.0, True),  # the engine outlived the leader we started: ours
+    (True, 5.0, False),  # the engine started before the recorded leader did: not its
+    (False, -5.0, False),  # a live leader that started at another time: the id was reused, the session is not ours
+])
+def test_an_orphan_in_the_session_of_our_earlier_vllm_is_stopped(leader_gone: bool, recorded_shift: float,
+                                                                 ours: bool) -> None:
+    """The leader of the session we started is gone and its engine was never on record: the session id (kept across
+    re-parenting) and the leader's start time in state prove it ours. A record that does not fit proves nothing."""
+    leader = subprocess.Popen([sys.executable, "-c", LEADER], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    assert leader.stdout is not None
+    engine = psutil.Process(int(leader.stdout.readline()))
+    try:
+        started = processes.start_time(psutil.Process(leader.pid))
+        if leader_gone:
+            leader.kill()
+            leader.wait()
+        previous = {"child": {"boot_id": processes.boot_id(), "pid": leader.pid, "pgid": leader.pid,
+                              "start_time": started + recorded_shift, "known": {}}}
+        with capture_logs() as logs:
+            prelaunch.stop_recorded_leftovers(previous)
+        stopped = [e["pids"] for e in logs if e["event"] == "preflight.leftovers"]
+        if ours:
+            engine.wait(timeout=10)
+            assert [[str(engine.pid)]] == stopped
+        else:
+            assert engine.is_running() and [] == stopped
+    finally:
+        with contextlib.suppress(psutil.Error):
+            engine.kill()
+        leader.kill()
+        leader.wait()

@@ -25,6 +25,14 @@ class TestNotify:
             assert sdnotify.notify({"READY": 1, "STATUS": "ready: 1,048,576 KV tokens"}, {"NOTIFY_SOCKET": address})
             assert b"READY=1\nSTATUS=ready: 1,048,576 KV tokens" == sock.recv(4096)
 
+    def test_a_status_that_quotes_a_stranger_cannot_add_a_field(self) -> None:
+        """A STATUS text holding a newline (an error quoting a stranger's command line) stays one STATUS field:
+        it never becomes a READY=1 or MAINPID= line of its own."""
+        address = f"@vllm-launch-{uuid.uuid4().hex}"
+        with receiver(address) as sock:
+            assert sdnotify.notify({"STATUS": "failed: it runs x\nREADY=1\nMAINPID=1\x1b[2J"}, {"NOTIFY_SOCKET": address})
+            assert b"STATUS=failed: it runs x READY=1 MAINPID=1" == sock.recv(4096)
+
     def test_path_socket(self, tmp_path: Path) -> None:
         path = str(tmp_path / "notify.sock")
         with receiver(path) as sock:

@@ -115,6 +115,17 @@ class TestCommands:
         assert found is not None and (found.pid, found.phase, found.url, found.capacity) == (None, None, None, None)
         assert [("unknown", 0)] == [(d.cls, d.attempt) for d in found.decisions] and {"restarts": {}} == found.counts
 
+    def test_the_error_in_state_is_printed_as_one_clean_line(self, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+        """state.json's error may quote a stranger (or be tampered with): `status` prints it on one line, without
+        the escape sequences or control characters it holds."""
+        state.StateStore(tmp_path / "qwen3").update(pid=2**22 + 12345, phase="failed", profile="qwen3",
+                                                   error="port busy\n  url  http://evil\x1b[2J\x1b]0;x\x07 \x9b1m!")
+        assert 0 == state.status_command("qwen3", environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
+        out = capsys.readouterr().out
+        assert "  error      port busy url http://evil !" in out.splitlines()
+        assert [] == [c for c in out if not c.isprintable() and c != "\n"]
+
     def test_down_when_not_running(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         state.StateStore(tmp_path / "qwen3").update(pid=2**22 + 12345, phase="serving")
         assert 0 == state.down_command("qwen3", environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
