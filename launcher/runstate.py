@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from launcher.safefile import Unreadable
 from launcher.statedir import read_json
 
 
@@ -124,10 +125,11 @@ class State:
             restart_window_s=_number(data.get("restart_window_s")))
 
 
-def read_state(path: Path) -> State | None:
-    """state.json at `path`, or None when it is missing, unreadable or not a JSON object."""
-    data = read_json(path)
-    return State.from_dict(data) if isinstance(data, dict) else None
+def read_state(path: Path, unreadable: Callable[[Unreadable], None] | None = None) -> State | None:
+    """state.json at `path`, or None when it is missing or unreadable (a link, a FIFO, too large, nested too
+    deep, not a JSON object: `unreadable` is told why)."""
+    data = read_json(path, unreadable)
+    return State.from_dict(data) if data is not None else None
 
 
 def _int(value: object) -> int | None:

@@ -27,9 +27,9 @@ def module_name(path: Path) -> str:
 
 
 def stage(module: str) -> str:
-    """launcher.plan.capacity → plan; launcher.errors, units, statedir, runstate, procstat → ground; cli → cli."""
+    """launcher.plan.capacity → plan; launcher.errors, units, statedir, runstate, procstat, safefile → ground; cli → cli."""
     parts = module.split(".")
-    if len(parts) == 1 or parts[1] in ("errors", "units", "statedir", "runstate", "procstat"):
+    if len(parts) == 1 or parts[1] in ("errors", "units", "statedir", "runstate", "procstat", "safefile"):
         return "ground"
     if parts[1] in ("cli", "__main__"):
         return "cli"
