@@ -47,6 +47,10 @@ class Missing(Unreadable):
     """No file at that path (nor a link)."""
 
 
+class TooLarge(Unreadable):
+    """More bytes than the file may hold."""
+
+
 def kind_of(mode: int) -> str:
     """What a file that is not a regular file is, in words."""
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
@@ -79,7 +83,7 @@ def read_bytes(path: str | Path, limit: int, *, follow: bool = False) -> bytes:
     fd, st = open_regular(path, follow=follow)
     try:
         if st.st_size > limit:
-            raise Unreadable(path, f"is {st.st_size:,} bytes, more than the {limit:,} this file may hold")
+            raise TooLarge(path, f"is {st.st_size:,} bytes, more than the {limit:,} this file may hold")
         chunks: list[bytes] = []
         size = 0
         while size <= limit:  # the size may have grown since the fstat: read one byte past the cap at most
@@ -93,7 +97,7 @@ def read_bytes(path: str | Path, limit: int, *, follow: bool = False) -> bytes:
     finally:
         os.close(fd)
     if size > limit:
-        raise Unreadable(path, f"holds more than the {limit:,} bytes this file may hold")
+        raise TooLarge(path, f"holds more than the {limit:,} bytes this file may hold")
     return b"".join(chunks)
 
 
