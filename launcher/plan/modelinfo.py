@@ -268,7 +268,7 @@ def tensor_bytes(path: Path) -> int:
                           f"download <repo id> --local-dir {path.parent}`")
     if size == 0:
         raise ConfigError(f"{path} is empty (a copy that failed, or a full disk): download or copy it again")
-    header_len = struct.unpack("<Q", head[:8])[0] if len(head) >= 8 else None
+    header_len: int | None = struct.unpack("<Q", head[:8])[0] if len(head) >= 8 else None
     if header_len is None or not 2 <= header_len <= min(size - 8, MAX_HEADER_BYTES) or head[8:9] != b"{":
         raise ConfigError(f"{path} is not a safetensors file ({size:,} bytes; its header length says "
                           f"{'nothing' if header_len is None else f'{header_len:,} bytes'}): download or copy it again")
