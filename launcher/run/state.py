@@ -143,7 +143,9 @@ def status_command(profile: str | None, as_json: bool = False, environ: Mapping[
             running, lock_problem = daemon_running(directory, found), None
         except ConfigError as exc:  # a FIFO or a directory at `lock`: who runs cannot be told
             running, lock_problem = False, str(exc)
-        texts = _two_reads(found.url, sleep) if running and found.phase is Phase.SERVING and found.url else []
+        url, url_ignored = drift.metrics_url(found.raw, found.url) if running and found.phase is Phase.SERVING \
+            else (None, None)
+        texts = _two_reads(url, sleep) if url else []
         live = health.gauges(texts[-1]) if texts else {}
         # Only a live daemon's vLLM is compared: a reload is what applies the difference.
         argv = drift.child_cmdline(found.raw.get("child")) if running else None  # read once: drift and advice
@@ -160,7 +162,8 @@ def status_command(profile: str | None, as_json: bool = False, environ: Mapping[
                         "drift_apply": changed.apply if changed else None,
                         "drift_unknown": changed.unknown if changed else None,
                         "advice": [a.to_dict() for a in advised],
-                        **({"lock_unreadable": lock_problem} if lock_problem else {})})
+                        **({"lock_unreadable": lock_problem} if lock_problem else {}),
+                        **({"url_ignored": url_ignored} if url_ignored else {})})
     if as_json:
         for report in reports:
             if "unreadable" in report:
@@ -188,6 +191,8 @@ def _status_text(data: Mapping[str, Any]) -> str:
     lines = [f"{found.profile}: {phase}  (vllm-launch PID {found.pid}, vLLM PID {child_pid})"]
     if found.url:
         lines.append(f"  url        {found.url}  model {found.served_model_name}")
+    if data.get("url_ignored"):
+        lines.append(f"  note       {data['url_ignored']}")
     rung = data.get("rung_description")
     lines.append(f"  attempt    {found.attempt if found.attempt is not None else '-'}  rung: "
                  f"{rung if isinstance(rung, str) and rung else 'as written'}")
