@@ -8,12 +8,14 @@ for its type, and a field of the wrong type reads as absent, never as a crash or
 from __future__ import annotations
 
 import enum
+import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from launcher.safefile import Unreadable
 from launcher.statedir import read_json
 
 
@@ -38,6 +40,16 @@ class Phase(enum.StrEnum):
 
 FINAL_PHASES = frozenset({Phase.STOPPED, Phase.FAILED})
 
+# The ranges a field of state.json can hold (status does arithmetic on them: a kv_tokens of 10**400 was an
+# OverflowError). Outside them a field reads as absent, like a field of the wrong type.
+MAX_COUNT = 2**53  # an exact float: any count, token total or counter
+MAX_TOKENS = 2**50  # KV tokens, a context length
+MAX_PID = 2**31 - 1  # pid_t
+MAX_ATTEMPT = 10**6
+MAX_SECONDS = 1e10  # a duration: three centuries
+MAX_TIME = 1e11  # a wall-clock time: the year 5138
+MAX_GIB = 1e9
+
 
 @dataclass(frozen=True, slots=True)
 class Capacity:
@@ -58,10 +70,12 @@ class Capacity:
     def from_dict(cls, data: object) -> Capacity | None:
         if not isinstance(data, Mapping):
             return None
-        return cls(kv_tokens=_int(data.get("kv_tokens")), max_model_len=_int(data.get("max_model_len")),
-                   sessions=_number(data.get("sessions")), max_concurrency=_number(data.get("max_concurrency")),
-                   available_kv_gib=_number(data.get("available_kv_gib")),
-                   kv_cache_dtype=_str(data.get("kv_cache_dtype")), utilization=_number(data.get("utilization")))
+        return cls(kv_tokens=_int(data.get("kv_tokens"), MAX_TOKENS), max_model_len=_int(data.get("max_model_len"),
+                                                                                         MAX_TOKENS),
+                   sessions=_number(data.get("sessions"), MAX_COUNT),
+                   max_concurrency=_number(data.get("max_concurrency"), MAX_COUNT),
+                   available_kv_gib=_number(data.get("available_kv_gib"), MAX_GIB),
+                   kv_cache_dtype=_str(data.get("kv_cache_dtype")), utilization=_number(data.get("utilization"), 1.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +96,9 @@ class Decision:
     def from_dict(cls, data: object) -> Decision | None:
         if not isinstance(data, Mapping):
             return None
-        return cls(_int(data.get("attempt")) or 0, _str(data.get("class")) or "unknown", _str(data.get("change")) or "",
-                   _str(data.get("reason")) or "", _number(data.get("time")) or 0.0)
+        return cls(_int(data.get("attempt"), MAX_ATTEMPT) or 0, _str(data.get("class")) or "unknown",
+                   _str(data.get("change")) or "", _str(data.get("reason")) or "",
+                   _number(data.get("time"), MAX_TIME) or 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,30 +127,41 @@ class State:
         decisions = data.get("decisions")
         rung = data.get("rung")
         return cls(
-            profile=_str(data.get("profile")), pid=_int(data.get("pid")), phase=Phase.parse(data.get("phase")),
+            profile=_str(data.get("profile")), pid=_int(data.get("pid"), MAX_PID, least=1),
+            phase=Phase.parse(data.get("phase")),
             url=_str(data.get("url")), served_model_name=_str(data.get("served_model_name")),
-            attempt=_int(data.get("attempt")), capacity=Capacity.from_dict(data.get("capacity")),
+            attempt=_int(data.get("attempt"), MAX_ATTEMPT), capacity=Capacity.from_dict(data.get("capacity")),
             decisions=tuple(d for d in map(Decision.from_dict, decisions if isinstance(decisions, list) else [])
                             if d is not None),
             counts=_counts(data.get("counts")), rung=dict(rung) if isinstance(rung, Mapping) else {},
-            vllm_version=_str(data.get("vllm_version")), time_to_ready_s=_number(data.get("time_to_ready_s")),
+            vllm_version=_str(data.get("vllm_version")), time_to_ready_s=_number(data.get("time_to_ready_s"), MAX_SECONDS),
             error=_str(data.get("error")), raw=dict(data),
             fp8_kv=fp8 if isinstance(fp8 := data.get("fp8_kv"), bool) else None,
-            restart_window_s=_number(data.get("restart_window_s")))
+            restart_window_s=_number(data.get("restart_window_s"), MAX_SECONDS))
 
 
-def read_state(path: Path) -> State | None:
-    """state.json at `path`, or None when it is missing, unreadable or not a JSON object."""
-    data = read_json(path)
-    return State.from_dict(data) if isinstance(data, dict) else None
+def read_state(path: Path, unreadable: Callable[[Unreadable], None] | None = None) -> State | None:
+    """state.json at `path`, or None when it is missing or unreadable (a link, a FIFO, too large, nested too
+    deep, not a JSON object: `unreadable` is told why)."""
+    data = read_json(path, unreadable)
+    return State.from_dict(data) if data is not None else None
 
 
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+def _int(value: object, most: int = MAX_COUNT, least: int = 0) -> int | None:
+    """An integer in [least, most]; anything else (a bool, a float, 10**400) reads as absent."""
+    if isinstance(value, int) and not isinstance(value, bool) and least <= value <= most:
+        return value
+    return None
 
 
-def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+def _number(value: object, most: float = MAX_COUNT, least: float = 0.0) -> float | None:
+    """A finite number in [least, most], as a float; anything else (NaN, inf, 1e308) reads as absent."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    if isinstance(value, int) and not -MAX_COUNT <= value <= MAX_COUNT:  # float() of 10**400 overflows
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and least <= number <= most else None
 
 
 def _str(value: object) -> str | None:

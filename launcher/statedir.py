@@ -14,11 +14,17 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from launcher import safefile
 from launcher.errors import ConfigError
+from launcher.safefile import Unreadable
+
+# state.json keeps its latest 50 decisions and 20 warnings (a few KiB); last_known_good.json one record per
+# profile, GPU and vLLM version. Far above either, far below what would hurt to hold in memory.
+MAX_STATE_BYTES = 8 * 2**20
 
 
 def state_root(environ: Mapping[str, str] | None = None) -> Path:
@@ -114,10 +120,18 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: Path, unreadable: Callable[[Unreadable], None] | None = None) -> dict[str, Any] | None:
+    """A JSON object the launcher wrote into its state directory, read as hostile (safefile: no link, no FIFO,
+    at most MAX_STATE_BYTES, bounded nesting): None when it is missing, or unreadable; then `unreadable` is
+    told why (a warning, one line of `status`)."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        found: dict[str, Any] = safefile.read_json(path, MAX_STATE_BYTES, follow=False)
+    except safefile.Missing:
         return None
+    except safefile.Unreadable as exc:
+        if unreadable is not None:
+            unreadable(exc)
+        return None
+    return found
 
 

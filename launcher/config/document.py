@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from launcher import safefile
 from launcher.errors import ProfileError
 
 MAX_BYTES = 1024 * 1024  # the largest shipped profile is about 2 KiB
@@ -23,22 +24,23 @@ MAX_NODES = 20_000  # values after alias expansion
 
 
 def read_text(path: str | Path) -> str:
-    """The profile file's text: at most MAX_BYTES, strict UTF-8."""
+    """The profile file's text: a regular file (a link to one is followed: a ConfigMap is made of links),
+    opened without waiting (a FIFO there would wedge a reload), at most MAX_BYTES, strict UTF-8."""
     path = Path(path)
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_BYTES + 1)
-    except FileNotFoundError:
+        data = safefile.read_bytes(path, MAX_BYTES, follow=True)
+    except safefile.Missing:
         raise ProfileError(str(path), "", "no such profile", "check the path (profiles usually live in configs/ "
                            "or /etc/vllm-launch/)") from None
-    except IsADirectoryError:
-        raise ProfileError(str(path), "", "is a directory, not a profile", "name the .yaml file") from None
-    except OSError as exc:
-        raise ProfileError(str(path), "", f"cannot read the profile ({exc.strerror or exc})",
-                           "check the file's permissions") from None
-    if len(data) > MAX_BYTES:
+    except safefile.TooLarge:
         raise ProfileError(str(path), "", f"the profile is larger than {MAX_BYTES // 1024} KiB",
-                           "a profile is a few dozen lines of YAML: check that this is the right file")
+                           "a profile is a few dozen lines of YAML: check that this is the right file") from None
+    except safefile.Unreadable as exc:
+        if path.is_dir():
+            raise ProfileError(str(path), "", "is a directory, not a profile", "name the .yaml file") from None
+        fix = "check the file's permissions" if exc.problem.startswith("cannot") else \
+            "point at the profile's YAML file itself"
+        raise ProfileError(str(path), "", exc.problem, fix) from None
     return decode(data, str(path))
 
 

@@ -16,6 +16,8 @@ from importlib import resources
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from launcher import safefile
+
 if TYPE_CHECKING:
     from launcher.config.profile import FlagValue, Profile
 
@@ -28,6 +30,8 @@ REMOVED_FLAGS: Mapping[str, tuple[str, str]] = MappingProxyType({
     "disable-log-requests": ("0.17.0", "delete it: request logging is off by default (enable-log-requests: true turns it on)"),
 })
 
+MIN_FLAGS = 20  # fewer is not vLLM's help (an error message, a truncated cache); vLLM 0.32 has 300+
+_FLAG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _OPTION_LINE = re.compile(r"^  (-[^\s].*)$")
 _CHOICES = re.compile(r"^\{([^}]*)\}")
 
@@ -73,13 +77,34 @@ class FlagCatalog:
         }, indent=1, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str, source: str) -> FlagCatalog:
-        data = json.loads(text)
-        # A cached list without "multiple" (an older launcher wrote it) is a KeyError: the help is read again.
-        flags = {n: FlagSpec(n, bool(s["takes_value"]), bool(s["negatable"]),
-                             tuple(s["choices"]) if s.get("choices") else None, bool(s["multiple"]))
-                 for n, s in data["flags"].items()}
-        return cls(str(data["version"]), source, MappingProxyType(flags), MappingProxyType(dict(data["aliases"])))
+    def from_json(cls, text: str, source: str, origin: str = "the flag list") -> FlagCatalog:
+        """The list to_json wrote, checked field by field (a cache is in a directory others may write): anything
+        else is Unreadable, naming `origin` and the first field that is wrong."""
+        data = safefile.loads_json(text, origin, max_depth=4)
+        flag_items, aliases, version = data.get("flags"), data.get("aliases"), data.get("version")
+        if not isinstance(version, str) or not isinstance(flag_items, dict) or not isinstance(aliases, dict):
+            raise safefile.Unreadable(origin, "needs a version (text), flags and aliases (objects)")
+        if len(flag_items) < MIN_FLAGS:
+            raise safefile.Unreadable(origin, f"lists {len(flag_items)} flags; vLLM has hundreds")
+        found = {name: _spec(name, spec, origin) for name, spec in flag_items.items()}
+        for alias, canonical in aliases.items():
+            if not isinstance(canonical, str) or canonical not in found or not _FLAG_NAME.fullmatch(alias):
+                raise safefile.Unreadable(origin, f"alias {str(alias)[:80]!r} names no flag of the list")
+        return cls(version, source, MappingProxyType(found), MappingProxyType(dict(aliases)))
+
+
+def _spec(name: str, spec: object, origin: str) -> FlagSpec:
+    """One flag of a list to_json wrote; a field of another type is Unreadable (an older launcher's list
+    without "multiple" too: the help is read again)."""
+    if not _FLAG_NAME.fullmatch(name) or not isinstance(spec, dict):
+        raise safefile.Unreadable(origin, f"flag {name[:80]!r} is not a flag name with an object")
+    takes_value, negatable, multiple, choices = (spec.get(k) for k in ("takes_value", "negatable", "multiple",
+                                                                       "choices"))
+    if not all(isinstance(v, bool) for v in (takes_value, negatable, multiple)):
+        raise safefile.Unreadable(origin, f"flag {name!r}: takes_value, negatable and multiple must be true or false")
+    if choices is not None and not (isinstance(choices, list) and all(isinstance(c, str) for c in choices)):
+        raise safefile.Unreadable(origin, f"flag {name!r}: choices must be a list of text or null")
+    return FlagSpec(name, takes_value is True, negatable is True, tuple(choices) if choices else None, multiple is True)
 
 
 def parse_help(text: str, version: str, source: str) -> FlagCatalog:
@@ -121,7 +146,7 @@ def parse_help(text: str, version: str, source: str) -> FlagCatalog:
 def shipped_catalog() -> FlagCatalog:
     """The flag list of vLLM SHIPPED_VERSION that ships with the launcher."""
     text = resources.files("launcher").joinpath("data", f"vllm-flags-{SHIPPED_VERSION}.json").read_text()
-    return FlagCatalog.from_json(text, source="shipped")
+    return FlagCatalog.from_json(text, source="shipped", origin=f"the shipped vllm-flags-{SHIPPED_VERSION}.json")
 
 
 def check_profile_flags(profile: Profile, catalog: FlagCatalog) -> None:

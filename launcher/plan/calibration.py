@@ -104,9 +104,10 @@ def predict(inputs: CapacityInputs, record: Measured, estimate: CapacityPlan) ->
 def load(directory: Path) -> dict[str, Measured]:
     """The records of this box. The state directory is writable by the service user (and so by vLLM): a
     record of the wrong shape or types is skipped with a warning, never trusted."""
-    data = read_json(directory / FILE)
+    data = read_json(directory / FILE, lambda exc: log.warning("calibration.unreadable", error=str(exc),
+                                                              action="ignored: the estimate is used"))
     records: dict[str, Measured] = {}
-    if isinstance(data, dict):
+    if data is not None:
         for name, item in data.items():
             try:
                 record = Measured(**item) if isinstance(item, dict) else None

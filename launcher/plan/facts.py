@@ -31,7 +31,7 @@ NO_GPU = "no NVIDIA driver: neither NVML (nvidia-ml-py) nor nvidia-smi answers o
 # A model whose config.json cannot be found or read (ConfigError), or one the estimator cannot size
 # (ValueError, ZeroDivisionError from odd config values): no estimate, and the reason is kept. Anything
 # else is a bug and raises.
-NO_ESTIMATE: tuple[type[Exception], ...] = (ConfigError, ValueError, ZeroDivisionError)
+NO_ESTIMATE: tuple[type[Exception], ...] = (ConfigError, ValueError, ArithmeticError)
 
 ProbeFactory = Callable[[Mapping[str, str] | None], GpuProbe | None]
 

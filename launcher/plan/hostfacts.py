@@ -10,7 +10,6 @@ so the checks stay pure and testable.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -18,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from launcher.errors import ConfigError
 from launcher.plan import modelinfo
 from launcher.plan.ownership import LocalProcess, ProcessIter, local_vllm
 
@@ -98,17 +98,15 @@ def _model_files(model: str, environ: Mapping[str, str]) -> tuple[bool | None, i
         if snapshot is None:
             return False, None, 0
         present = sorted(p.name for p in snapshot.glob("*.safetensors"))
-        index = snapshot / "model.safetensors.index.json"
-        if index.is_file():  # the index arrives first and knows the size of every shard
-            data = json.loads(index.read_text())
-            wanted = set(data.get("weight_map", {}).values())
-            size = int(data["metadata"]["total_size"]) if data.get("metadata", {}).get("total_size") else None
+        index = snapshot / modelinfo.INDEX
+        if os.path.lexists(index):  # the index arrives first and knows the size of every shard
+            wanted, size = modelinfo.read_index(index)
         else:
             wanted, size = set(), modelinfo.safetensors_bytes(snapshot)
         complete = bool(present) and wanted <= set(present)
         present_bytes = sum((snapshot / name).stat().st_size for name in present)
         return complete, size, present_bytes
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+    except (OSError, ValueError, ConfigError):  # a broken file: capacity's no_estimate names it
         return None, None, 0
 
 

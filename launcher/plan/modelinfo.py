@@ -9,7 +9,9 @@ else from config arithmetic (flagged as an estimate).
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,9 +19,18 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from launcher import safefile
 from launcher.errors import ConfigError
 from launcher.statedir import cache_home
 
+INDEX = "model.safetensors.index.json"
+MAX_CONFIG_BYTES = 8 * 2**20  # a config.json is a few KiB
+MAX_INDEX_BYTES = 64 * 2**20  # one line per tensor: a few MiB for the largest models
+MAX_HEADER_BYTES = 100 * 2**20  # the safetensors format's own limit on its JSON header
+MAX_WEIGHT_BYTES = 2**50  # a pebibyte: far past any model, far short of a float's overflow
+MAX_COUNT = 2**31  # any count in a config.json (layers, heads, vocabulary, positions)
+_LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+_REVISION = re.compile(r"[0-9A-Za-z_-][0-9A-Za-z._-]{0,127}")  # a commit hash: a name, never a path
 _DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 2, "half": 2, "float": 2, "fp16": 2, "bf16": 2}
 
 
@@ -67,52 +78,75 @@ class ModelArch:
 
 
 def arch_from_config(config: Mapping[str, Any], name: str = "model") -> ModelArch:
-    """Read the fields that matter; multimodal configs nest the language model in text_config."""
+    """Read the fields that matter; multimodal configs nest the language model in text_config. Every count is
+    checked to be a whole number in a range a model can have (a config.json is text anyone can write: 1e308
+    layers would overflow the arithmetic), else ConfigError naming the key."""
     if isinstance(config.get("text_config"), Mapping):
         config = {**config, **config["text_config"]}
-    try:
-        hidden = int(config["hidden_size"])
-        layers = int(config["num_hidden_layers"])
-        heads = int(config["num_attention_heads"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"{name}: config.json lacks {exc} (hidden_size, num_hidden_layers, num_attention_heads "
-                          "are needed); pass the model's real config with --model-config") from None
-    kv_heads = int(config.get("num_key_value_heads") or heads)
-    head_dim = int(config.get("head_dim") or hidden // heads)
+    missing = [key for key in ("hidden_size", "num_hidden_layers", "num_attention_heads") if config.get(key) is None]
+    if missing:
+        raise ConfigError(f"{name}: config.json lacks {missing[0]!r} (hidden_size, num_hidden_layers, "
+                          "num_attention_heads are needed); pass the model's real config with --model-config")
+
+    def count(key: str, default: int = 0, least: int = 0) -> int:
+        return _count(config, key, name, default, least)
+
+    hidden, layers, heads = count("hidden_size", least=1), count("num_hidden_layers", least=1), \
+        count("num_attention_heads")
+    kv_heads = count("num_key_value_heads") or heads
+    head_dim = count("head_dim") or hidden // heads
     dtype = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
-    experts = int(config.get("num_experts") or config.get("num_local_experts") or config.get("n_routed_experts") or 0)
-    moe_inter = int(config.get("moe_intermediate_size") or (config.get("intermediate_size") if experts else 0) or 0)
-    window = config.get("sliding_window") if config.get("use_sliding_window", True) is not False else None
+    experts = count("num_experts") or count("num_local_experts") or count("n_routed_experts")
+    moe_inter = count("moe_intermediate_size") or (count("intermediate_size") if experts else 0)
+    window = count("sliding_window") if config.get("use_sliding_window", True) is not False else 0
     sliding_layers = stateful = 0
     kinds = config.get("layer_types") or config.get("layers_block_type")
     if isinstance(kinds, list):
         sliding_layers = sum(1 for t in kinds if "sliding" in str(t))
         stateful = sum(1 for t in kinds if any(w in str(t).lower() for w in ("mamba", "linear", "ssm", "recurrent")))
     elif window:
-        pattern = config.get("sliding_window_pattern")
-        sliding_layers = layers - layers // int(pattern) if pattern else layers
-    method, bits = _quantization(config.get("quantization_config"))
+        pattern = count("sliding_window_pattern")
+        sliding_layers = layers - layers // pattern if pattern else layers
+    method, bits = _quantization(config.get("quantization_config"), name)
     return ModelArch(
         name=name, model_type=str(config.get("model_type", "")), hidden_size=hidden, num_layers=layers,
-        num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, vocab_size=int(config.get("vocab_size") or 32000),
-        intermediate_size=int(config.get("intermediate_size") or 4 * hidden),
-        max_position_embeddings=int(config["max_position_embeddings"]) if config.get("max_position_embeddings") else None,
+        num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, vocab_size=count("vocab_size") or 32000,
+        intermediate_size=count("intermediate_size") or 4 * hidden,
+        max_position_embeddings=count("max_position_embeddings") or None,
         tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
         dtype_bytes=_DTYPE_BYTES.get(dtype.replace("torch.", ""), 2),
-        num_experts=experts, experts_per_token=int(config.get("num_experts_per_tok") or 0),
+        num_experts=experts, experts_per_token=count("num_experts_per_tok"),
         moe_intermediate_size=moe_inter,
-        shared_expert_intermediate_size=int(config.get("shared_expert_intermediate_size") or 0)
-        or int(config.get("n_shared_experts") or 0) * moe_inter,
-        dense_layers=int(config.get("first_k_dense_replace") or 0),
-        kv_lora_rank=int(config.get("kv_lora_rank") or 0), qk_rope_head_dim=int(config.get("qk_rope_head_dim") or 0),
-        qk_nope_head_dim=int(config.get("qk_nope_head_dim") or 0), v_head_dim=int(config.get("v_head_dim") or 0),
-        q_lora_rank=int(config.get("q_lora_rank") or 0),
-        sliding_window=int(window) if window else None, sliding_layers=sliding_layers, stateful_layers=stateful,
+        shared_expert_intermediate_size=count("shared_expert_intermediate_size") or count("n_shared_experts") * moe_inter,
+        dense_layers=count("first_k_dense_replace"),
+        kv_lora_rank=count("kv_lora_rank"), qk_rope_head_dim=count("qk_rope_head_dim"),
+        qk_nope_head_dim=count("qk_nope_head_dim"), v_head_dim=count("v_head_dim"), q_lora_rank=count("q_lora_rank"),
+        sliding_window=window or None, sliding_layers=sliding_layers, stateful_layers=stateful,
         quant_method=method, weight_bits=bits,
     )
 
 
-def _quantization(qc: Any) -> tuple[str | None, float]:
+def _count(config: Mapping[str, Any], key: str, name: str, default: int = 0, least: int = 0) -> int:
+    """config[key] as a whole number from `least` to MAX_COUNT (an integral float or digits as text pass, as
+    int() took them); absent, null, false or 0: `default`."""
+    value = config.get(key)
+    if not value:
+        return default
+    number: int | None = None
+    whole_float = isinstance(value, float) and math.isfinite(value) and value.is_integer()
+    digits = isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 12
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif whole_float or digits:
+        number = int(value)
+    if number is None or not least <= number <= MAX_COUNT:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "…"
+        raise ConfigError(f"{name}: config.json {key} is {shown}, not a whole number from {least} to {MAX_COUNT:,}; "
+                          "pass the model's real config with --model-config")
+    return number
+
+
+def _quantization(qc: Any, name: str = "model") -> tuple[str | None, float]:
     """(method, bits per quantized weight including scales) of a quantization_config."""
     if not isinstance(qc, Mapping):
         return None, 16.0
@@ -133,7 +167,14 @@ def _quantization(qc: Any) -> tuple[str | None, float]:
         bits = 4
     if bits is None:
         return method, 16.0
-    bits = float(bits)
+    written = bits
+    try:
+        bits = float(bits)
+    except (TypeError, ValueError):
+        bits = math.nan
+    if not 0 < bits <= 64:  # also NaN
+        raise ConfigError(f"{name}: config.json quantization_config bits is {str(written)[:40]!r}, not a "
+                          "number of bits from 1 to 64; pass the model's real config with --model-config")
     # Scales and zero points: fp8 block scales are negligible; 4-bit groups of 128 add ~0.16 bit.
     return method, bits + (0.25 if bits <= 4 else 0.0)
 
@@ -194,30 +235,60 @@ def snapshot_dir(model: str, environ: Mapping[str, str] | None = None) -> Path |
     snapshots = repo / "snapshots"
     if not snapshots.is_dir():
         return None
-    ref = repo / "refs" / "main"
-    if ref.is_file():
-        candidate = snapshots / ref.read_text().strip()
-        if candidate.is_dir():
-            return candidate
+    try:
+        ref = safefile.read_text(repo / "refs" / "main", 256, follow=True).strip()
+    except safefile.Unreadable:
+        ref = ""
+    if _REVISION.fullmatch(ref) and (snapshots / ref).is_dir():  # never a path out of the cache
+        return snapshots / ref
     dirs = sorted((p for p in snapshots.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True)
     return dirs[0] if dirs else None
 
 
 def safetensors_bytes(directory: Path) -> int | None:
-    """Tensor bytes of every *.safetensors file in a directory (headers excluded)."""
+    """Tensor bytes of every *.safetensors file in a directory (headers excluded), else the index's total_size;
+    None when neither is there. A file that is not what it claims (empty, cut short, a Git LFS pointer, not a
+    regular file) or an index of the wrong shape is ConfigError naming it and the fix, never a wrong size."""
     files = sorted(directory.glob("*.safetensors"))
     if not files:
-        index = directory / "model.safetensors.index.json"
-        if index.is_file():
-            total = json.loads(index.read_text()).get("metadata", {}).get("total_size")
-            return int(total) if total else None
-        return None
-    total = 0
-    for path in files:
-        with path.open("rb") as handle:
-            header_len: int = struct.unpack("<Q", handle.read(8))[0]
-        total += path.stat().st_size - 8 - header_len
-    return total
+        index = directory / INDEX
+        return read_index(index)[1] if os.path.lexists(index) else None
+    return sum(tensor_bytes(path) for path in files)
+
+
+def tensor_bytes(path: Path) -> int:
+    """The tensor data of one safetensors file: its size less the 8-byte length and the JSON header."""
+    try:
+        head, size = safefile.read_head(path, 64, follow=True)  # the HF cache's files are links to its blobs
+    except safefile.Unreadable as exc:
+        raise ConfigError(f"{exc}; the model's weights must be regular files: download or copy them again") from None
+    if head.startswith(_LFS_POINTER):
+        raise ConfigError(f"{path} is a Git LFS pointer, not the weights (the repository was cloned without Git LFS): "
+                          f"run `git -C {path.parent} lfs pull`, or download the model with `huggingface-cli "
+                          f"download <repo id> --local-dir {path.parent}`")
+    if size == 0:
+        raise ConfigError(f"{path} is empty (a copy that failed, or a full disk): download or copy it again")
+    header_len: int | None = struct.unpack("<Q", head[:8])[0] if len(head) >= 8 else None
+    if header_len is None or not 2 <= header_len <= min(size - 8, MAX_HEADER_BYTES) or head[8:9] != b"{":
+        raise ConfigError(f"{path} is not a safetensors file ({size:,} bytes; its header length says "
+                          f"{'nothing' if header_len is None else f'{header_len:,} bytes'}): download or copy it again")
+    return size - 8 - header_len
+
+
+def read_index(index: Path) -> tuple[set[str], int | None]:
+    """(the shard files, total_size) of a model.safetensors.index.json; ConfigError when it is not one."""
+    try:
+        data = safefile.read_json(index, MAX_INDEX_BYTES, follow=True)
+    except safefile.Unreadable as exc:
+        raise ConfigError(f"{exc}; download or copy the model's index again") from None
+    metadata, weight_map = data.get("metadata", {}), data.get("weight_map", {})
+    total = metadata.get("total_size") if isinstance(metadata, dict) else None
+    if not isinstance(metadata, dict) or not isinstance(weight_map, dict) or not all(
+            isinstance(v, str) for v in weight_map.values()) or (total is not None and not (
+            isinstance(total, int) and not isinstance(total, bool) and 0 <= total <= MAX_WEIGHT_BYTES)):
+        raise ConfigError(f"{index}: not a safetensors index (metadata.total_size a size in bytes, weight_map "
+                          "tensor names to files); download or copy the model's index again")
+    return set(weight_map.values()), total or None
 
 
 def shipped_config(model: str) -> dict[str, Any] | None:
@@ -234,6 +305,15 @@ def model_directory(model: str, environ: Mapping[str, str] | None = None) -> Pat
     return Path(model) if Path(model).is_dir() else snapshot_dir(model, environ)
 
 
+def read_config(path: Path, fix: str) -> dict[str, Any]:
+    """A config.json as an object, read within bounds (a link is followed: the HF cache is made of them)."""
+    try:
+        found: dict[str, Any] = safefile.read_json(path, MAX_CONFIG_BYTES, follow=True)
+    except safefile.Unreadable as exc:
+        raise ConfigError(f"{exc}; {fix}") from None
+    return found
+
+
 def find_model(model: str, config_file: str | None = None, environ: Mapping[str, str] | None = None) -> ModelFiles:
     """The config (and, when local, the exact weight size) of `model`."""
     weights: int | None = None
@@ -243,13 +323,11 @@ def find_model(model: str, config_file: str | None = None, environ: Mapping[str,
         weights = safetensors_bytes(directory)
         weights_source = f"safetensors in {directory}" if weights is not None else None
     if config_file:
-        try:
-            return ModelFiles(json.loads(Path(config_file).read_text()), config_file, weights, weights_source)
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"--model-config {config_file}: cannot read it as JSON ({exc}); "
-                              "pass the model's config.json") from None
-    if directory is not None and (directory / "config.json").is_file():
-        config = json.loads((directory / "config.json").read_text())
+        config = read_config(Path(config_file), "pass the model's config.json")
+        return ModelFiles(config, config_file, weights, weights_source)
+    if directory is not None and os.path.lexists(directory / "config.json"):
+        config = read_config(directory / "config.json", "download or copy the model's config.json again "
+                             "(or pass one with --model-config)")
         return ModelFiles(config, str(directory / "config.json"), weights, weights_source)
     shipped = shipped_config(model)
     if shipped is not None:

@@ -110,7 +110,10 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
     if where is not None and where.backend == "ray" and not where.head:
         raise ConfigError(f"nodes.backend is ray: only the head (rank 0) runs `vllm-launch up`; join this node to "
                           f"the Ray cluster instead (`ray start --address={where.master_addr}:6379`)")
-    previous = state.read_json(directory / "state.json")
+    # The earlier run's record (its processes, to be stopped): one that cannot be read is ignored, not a crash
+    # before the lock that a service manager would restart forever.
+    previous = state.read_json(directory / "state.json", lambda exc: log.warning(
+        "state.unreadable", error=str(exc), action="ignored: processes the earlier run left are not known"))
     replayed, env_keys = without_env_values(sets)
     with state.held_locks(directory, profile.name, None if where and not where.head else profile.port, root):
         store = state.StateStore(directory)

@@ -21,7 +21,7 @@ import psutil
 
 from launcher.config.flags import FlagCatalog, shipped_catalog
 from launcher.config.load import load
-from launcher.config.profile import FlagValue
+from launcher.config.profile import FlagValue, Profile
 from launcher.errors import LauncherError
 from launcher.run import processes
 from launcher.statedir import cache_dir
@@ -85,15 +85,35 @@ def profile_argv(data: Mapping[str, Any], environ: Mapping[str, str] | None = No
                  ) -> tuple[list[str], tuple[str, ...]]:
     """What the profile file renders now with the rung in force, and the flags not to compare (a multi-node
     profile's placement); raises LauncherError when it does not load."""
-    source, sets = data.get("source"), data.get("sets")
-    if not isinstance(source, str) or not source:
-        raise LauncherError("state.json names no profile file (`source`)")
-    sets = [s for s in sets if isinstance(s, str)] if isinstance(sets, list) else []
-    prof = load(_as_the_daemon_sees_it(Path(source), data.get("pid")), sets)
+    prof = _recorded_profile(data)
     rung = data.get("rung")
     overrides = {str(k): _flag_value(v) for k, v in rung.items()} if isinstance(rung, Mapping) else {}
     plan = command.build_plan(prof, overrides, catalog=_catalog(data.get("vllm_version"), environ))
     return list(plan.argv), PLACEMENT_FLAGS if prof.nodes is not None else ()
+
+
+def _recorded_profile(data: Mapping[str, Any]) -> Profile:
+    """The profile file state.json names, with the --set overrides the daemon recorded, as it reads it now."""
+    source, sets = data.get("source"), data.get("sets")
+    if not isinstance(source, str) or not source:
+        raise LauncherError("state.json names no profile file (`source`)")
+    sets = [s for s in sets if isinstance(s, str)] if isinstance(sets, list) else []
+    return load(_as_the_daemon_sees_it(Path(source), data.get("pid")), sets)
+
+
+def metrics_url(data: Mapping[str, Any], url: str | None) -> tuple[str | None, str | None]:
+    """(the url to read /metrics from, why state.json's `url` is not read): only the server the profile file
+    gives (its host and port, as the daemon reaches it), never wherever a state file points."""
+    if not url:
+        return None, None
+    try:
+        wanted = command.base_url(_recorded_profile(data).vllm)
+    except Exception as exc:  # whatever the file holds: the url is then not trusted, and status says why
+        reason = str(exc) if isinstance(exc, LauncherError) else f"{type(exc).__name__}: {exc}"
+        return None, f"state.json's url {url[:200]} is not read: the profile does not load ({' '.join(reason.split())})"
+    if url != wanted:
+        return None, f"state.json's url {url[:200]} is not the profile's {wanted}: /metrics not read"
+    return url, None
 
 
 def _as_the_daemon_sees_it(path: Path, pid: object) -> Path:

@@ -18,11 +18,12 @@ import fcntl
 import os
 import stat
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.errors import ConfigError, LockHeld
+from launcher import safefile
+from launcher.errors import ConfigError, LockHeld, TransientFailure
 from launcher.oneline import one_line
 from launcher.procstat import stat_fields
 from launcher.run.processes import boot_id
@@ -48,21 +49,32 @@ def identity(pid: int) -> str:
 
 
 def open_lock_file(path: Path, flags: int) -> int:
-    """Open a lock file of ours: never through a symbolic link, and only a plain file of this user's that no
-    other name points to (as root, a planted link or hard link would have us truncate its target)."""
+    """Open a lock file of ours: never through a symbolic link, never waiting on a FIFO, and only a plain file
+    of this user's that no other name points to (as root, a planted link or hard link would have us truncate
+    its target)."""
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise ConfigError(f"{path} is a symbolic link, which vllm-launch never follows in its state directory; "
                               f"remove it (`rm {path}`)") from None
+        if exc.errno == errno.EISDIR:
+            raise ConfigError(_not_a_lock_file(path, "a directory")) from None
         raise
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ConfigError(_not_a_lock_file(path, safefile.kind_of(st.st_mode)))
+    if st.st_uid != os.geteuid() or st.st_nlink != 1:
         os.close(fd)
         raise ConfigError(f"{path} is not a plain file of this user's (uid {st.st_uid}, {st.st_nlink} links); "
                           f"remove it (`rm {path}`)")
     return fd
+
+
+def _not_a_lock_file(path: Path, kind: str) -> str:
+    remove = f"rm -r {path}" if kind == "a directory" else f"rm {path}"
+    return f"{path} is {kind}, not a lock file; remove it (`{remove}`) and start again"
 
 
 def _holder_of(fd: int) -> int | None:
@@ -72,8 +84,9 @@ def _holder_of(fd: int) -> int | None:
     return None if l_type == fcntl.F_UNLCK else int(l_pid)
 
 
-def acquire_lock(path: Path, what: str, fix: str) -> Lock:
-    """The exclusive lock, for the daemon's life; a second `up` gets LockHeld naming the holder's PID."""
+def acquire_lock(path: Path, what: str, fix: str, write: Callable[[int, bytes, int], int] = os.pwrite) -> Lock:
+    """The exclusive lock, for the daemon's life; a second `up` gets LockHeld naming the holder's PID. A lock
+    that cannot be written (a full disk) is one line, exit 75: the start may work once there is room."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = open_lock_file(path, os.O_RDWR | os.O_CREAT)
     try:
@@ -84,9 +97,14 @@ def acquire_lock(path: Path, what: str, fix: str) -> Lock:
         if exc.errno not in (errno.EACCES, errno.EAGAIN):
             raise
         raise LockHeld(f"{what} is already held by vllm-launch PID {holder or 'unknown'} ({path}); {fix}") from None
-    os.fchmod(fd, 0o600)  # one left 0644 by an earlier version
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, (identity(os.getpid()) + "\n").encode(), 0)
+    try:
+        os.fchmod(fd, 0o600)  # one left 0644 by an earlier version
+        os.ftruncate(fd, 0)
+        write(fd, (identity(os.getpid()) + "\n").encode(), 0)
+    except OSError as exc:
+        os.close(fd)
+        raise TransientFailure(f"cannot write the lock {path} ({exc.strerror or exc}); free space on the state "
+                               f"directory's filesystem (`df -h {path.parent}`) and start again") from None
     return Lock(path, fd)
 
 
@@ -97,11 +115,16 @@ def release_lock(lock: Lock) -> None:
 
 def lock_holder(path: Path) -> int | None:
     """The PID holding this lock (0: one outside our PID namespace), or None when nobody holds it; the lock
-    is never taken, so looking can never refuse a start."""
+    is never taken, so looking can never refuse a start. A lock that is not a plain file (a link, a FIFO, a
+    directory someone put there) is ConfigError: who runs cannot be told from it."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+        fd, _ = safefile.open_regular(path, follow=False)
+    except safefile.Missing:
         return None
+    except safefile.Unreadable as exc:
+        remove = f"rm -r {path}" if path.is_dir() and not path.is_symlink() else f"rm {path}"
+        raise ConfigError(f"{exc}; whether a daemon holds it cannot be told: stop any `vllm-launch up` of this "
+                          f"profile, then remove it (`{remove}`)") from None
     try:
         return _holder_of(fd)
     except OSError:
@@ -113,13 +136,10 @@ def lock_holder(path: Path) -> int | None:
 def recorded_identity(path: Path) -> list[str]:
     """What the holder wrote into the lock file: [PID, START_TICKS, BOOT_ID] (a claim, checked by the caller)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+        head, _ = safefile.read_head(path, 256, follow=False)
+    except safefile.Unreadable:
         return []
-    try:
-        return os.read(fd, 256).decode(errors="replace").split()
-    finally:
-        os.close(fd)
+    return head.decode(errors="replace").split()
 
 
 def is_up_command(cmdline: Sequence[str]) -> bool:

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -24,6 +25,7 @@ from launcher.procstat import alive
 from launcher.run import locks
 from launcher.run.locks import acquire_lock, held_locks, lock_holder, release_lock
 from launcher.runstate import FINAL_PHASES, Decision, Phase, State, read_state
+from launcher.safefile import Unreadable
 from launcher.statedir import check_private_dir, read_json, state_root, write_json_atomic
 from launcher.vllm import prometheus
 
@@ -89,15 +91,17 @@ def lkg_key(profile_digest: str, gpu_model: str, gpu_count: int, driver: str | N
 
 
 def load_lkg(directory: Path, key: str) -> dict[str, Any] | None:
-    records = read_json(directory / "last_known_good.json") or {}
-    record = records.get(key) if isinstance(records, dict) else None
+    """The record under `key`; an unreadable file is ignored with a warning (the start goes on from the profile
+    as written, and the next READY writes the file again)."""
+    records = read_json(directory / "last_known_good.json", lambda exc: log.warning(
+        "last_known_good.unreadable", error=str(exc), action="starting from the profile as written")) or {}
+    record = records.get(key)
     return record if isinstance(record, dict) else None
 
 
 def save_lkg(directory: Path, key: str, record: Mapping[str, Any]) -> None:
     path = directory / "last_known_good.json"
-    records = read_json(path)
-    records = records if isinstance(records, dict) else {}
+    records = read_json(path) or {}  # an unreadable file is replaced (load_lkg said so)
     records[key] = {**record, "saved_at": time.time()}
     write_json_atomic(path, records)
 
@@ -109,7 +113,8 @@ def _profile_dirs(profile: str | None, environ: Mapping[str, str] | None = None)
         return [root / name]
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if (p / "state.json").is_file())
+    # Whatever lies at state.json (a link, a FIFO) is listed, to be read as hostile and named when unreadable.
+    return sorted(p for p in root.iterdir() if os.path.lexists(p / "state.json"))
 
 
 def _alive(pid: object) -> bool:
@@ -127,13 +132,21 @@ def status_command(profile: str | None, as_json: bool = False, environ: Mapping[
                    sleep: Callable[[float], None] = time.sleep) -> int:
     from launcher.run import advice, drift, health
 
-    reports = []
+    reports: list[dict[str, Any]] = []
     for directory in _profile_dirs(profile, environ):
-        found = read_state(directory / "state.json")
+        unreadable: list[Unreadable] = []
+        found = read_state(directory / "state.json", unreadable.append)
         if found is None:
+            if unreadable:  # one line for this profile; the others are listed as they are
+                reports.append({"profile": directory.name, "unreadable": f"{unreadable[0]}; ignored"})
             continue
-        running = daemon_running(directory, found)
-        texts = _two_reads(found.url, sleep) if running and found.phase is Phase.SERVING and found.url else []
+        try:
+            running, lock_problem = daemon_running(directory, found), None
+        except ConfigError as exc:  # a FIFO or a directory at `lock`: who runs cannot be told
+            running, lock_problem = False, str(exc)
+        url, url_ignored = drift.metrics_url(found.raw, found.url) if running and found.phase is Phase.SERVING \
+            else (None, None)
+        texts = _two_reads(url, sleep) if url else []
         live = health.gauges(texts[-1]) if texts else {}
         # Only a live daemon's vLLM is compared: a reload is what applies the difference.
         argv = drift.child_cmdline(found.raw.get("child")) if running else None  # read once: drift and advice
@@ -149,9 +162,15 @@ def status_command(profile: str | None, as_json: bool = False, environ: Mapping[
                         "drift": None if changed is None or changed.unknown else [d.to_dict() for d in changed.flags],
                         "drift_apply": changed.apply if changed else None,
                         "drift_unknown": changed.unknown if changed else None,
-                        "advice": [a.to_dict() for a in advised]})
+                        "advice": [a.to_dict() for a in advised],
+                        **({"lock_unreadable": lock_problem} if lock_problem else {}),
+                        **({"url_ignored": url_ignored} if url_ignored else {})})
     if as_json:
-        print(json.dumps(reports if profile is None else (reports[0] if reports else None), indent=2, default=str))
+        for report in reports:
+            if "unreadable" in report:
+                print(f"{report['profile']}: {report['unreadable']}", file=sys.stderr)
+        readable = [r for r in reports if "unreadable" not in r]
+        print(json.dumps(readable if profile is None else (readable[0] if readable else None), indent=2, default=str))
         return EX_OK
     if not reports:
         print(f"no state for {profile or 'any profile'} in {state_root(environ)}")
@@ -162,6 +181,8 @@ def status_command(profile: str | None, as_json: bool = False, environ: Mapping[
 
 
 def _status_text(data: Mapping[str, Any]) -> str:
+    if "unreadable" in data:
+        return f"{data['profile']}: {data['unreadable']}"
     found = State.from_dict(data)
     phase: object = found.phase or data.get("phase")
     if not data.get("alive") and found.phase not in FINAL_PHASES:
@@ -173,6 +194,8 @@ def _status_text(data: Mapping[str, Any]) -> str:
         lines.append(f"  url        {found.url}  model {found.served_model_name}")
     if isinstance(tls := found.raw.get("tls"), str):
         lines.append(f"  tls        the server's certificate is {tls[:200]}")
+    if data.get("url_ignored"):
+        lines.append(f"  note       {data['url_ignored']}")
     rung = data.get("rung_description")
     lines.append(f"  attempt    {found.attempt if found.attempt is not None else '-'}  rung: "
                  f"{rung if isinstance(rung, str) and rung else 'as written'}")
@@ -205,6 +228,8 @@ def _status_text(data: Mapping[str, Any]) -> str:
         lines.append(f"  decision   attempt {decision.attempt}: {decision.cls} → {decision.change} ({decision.reason})")
     if found.error:
         lines.append(f"  error      {one_line(found.error, 0)}")  # it may quote a stranger, or be tampered with
+    if data.get("lock_unreadable"):
+        lines.append(f"  lock       {data['lock_unreadable']}")
     return "\n".join(lines)
 
 
@@ -246,9 +271,13 @@ def down_command(profile: str, timeout: float = 120.0, environ: Mapping[str, str
     """
     name = Path(profile).stem
     directory = _profile_dirs(profile, environ)[0]
-    data = read_json(directory / "state.json")
+    unreadable: list[Unreadable] = []
+    data = read_json(directory / "state.json", unreadable.append)
     holder = lock_holder(directory / "lock")
     if holder is None:
+        if unreadable:
+            print(f"{name}: not running; nothing its last run recorded was stopped: {unreadable[0]}")
+            return EX_OK
         try:
             # Whoever can write the directory can record any process (PID and start ticks are public).
             if directory.exists() or directory.is_symlink():

@@ -40,7 +40,9 @@ class Watch:
         if found is None:
             return f"{self.directory.name}: no state in {self.directory}"
         running = state.daemon_running(self.directory, found)
-        text = self.read_metrics(found.url) if running and found.phase is Phase.SERVING and found.url else None
+        url, ignored = drift.metrics_url(found.raw, found.url) if running and found.phase is Phase.SERVING \
+            else (None, None)
+        text = self.read_metrics(url) if url else None
         now = advice.Figures.from_text(text) if text is not None else None
         at = self.clock()
         before, elapsed = self.before, (at - self.before_at if self.before_at is not None else None)
@@ -50,11 +52,11 @@ class Watch:
         advised = advice.advise(before, now, found.capacity, found.decisions, argv,
                                 rung if isinstance(rung, dict) else {}, self.wall(), fp8_kv=found.fp8_kv,
                                 restart_window_s=found.restart_window_s)
-        return render(found, running, before, now, elapsed, advised)
+        return render(found, running, before, now, elapsed, advised, note=ignored)
 
 
 def render(found: State, running: bool, before: advice.Figures | None, now: advice.Figures | None,
-           elapsed: float | None, advised: list[advice.Advice]) -> str:
+           elapsed: float | None, advised: list[advice.Advice], note: str | None = None) -> str:
     phase = found.phase if running or found.phase is None else f"dead (last phase: {found.phase})"
     lines = [f"{found.profile}: {phase}  (vllm-launch PID {found.pid})"]
     cap = found.capacity
@@ -72,6 +74,8 @@ def render(found: State, running: bool, before: advice.Figures | None, now: advi
             generated = max(now.generation_tokens - before.generation_tokens, 0.0) / elapsed
             lines.append(f"  tokens     prompt {prompt:,.1f}/s, generation {generated:,.1f}/s (last {elapsed:.1f} s)")
     lines += [f"  advice     {a.text}" for a in advised]
+    if note:
+        lines.append(f"  note       {note}")
     return "\n".join(lines)
 
 

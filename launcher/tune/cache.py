@@ -13,6 +13,7 @@ levels are measured again), never trusted in part.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -21,9 +22,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from launcher.statedir import write_json_atomic
+from launcher import safefile
+from launcher.statedir import check_private_dir, write_json_atomic
 
 FORMAT = 1
+WHAT = "the tune cache"
 MAX_FILE_BYTES = 4 * 2**20
 FIGURES = ("ttft_p95_ms", "tpot_p95_ms", "output_tokens_per_s", "output_tokens_per_s_per_user", "requests", "failed")
 
@@ -62,24 +65,36 @@ def key_of(*, profile_bytes: bytes, overrides: tuple[tuple[str, str], ...], work
 
 
 class Store:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, private: bool = False) -> None:
         self.directory = directory
+        self.private_dir = private  # checked before every write: a link put there while tune runs is refused
+
+    @classmethod
+    def private(cls, directory: Path) -> Store:
+        """The store in `directory`, created 0700 and trusted only as the state directory is: not a link, this
+        user's, and nobody else can write it (else tune, maybe run as root, would write wherever it points);
+        ConfigError otherwise."""
+        with contextlib.suppress(OSError):  # a failure shows in the check below
+            directory.mkdir(mode=0o700, exist_ok=True)
+        check_private_dir(directory, WHAT, follow=False)
+        return cls(directory, private=True)
 
     def path(self, key: str) -> Path:
         return self.directory / f"{key[:32]}.json"
 
     def load(self, key: str) -> Record:
-        """The record under `key`, or an empty one (nothing cached, or a file that cannot be trusted)."""
-        path = self.path(key)
+        """The record under `key`, or an empty one (nothing cached, or a file that cannot be trusted: a link,
+        a FIFO, too large; measured again)."""
         try:
-            with path.open("rb") as handle:
-                raw = handle.read(MAX_FILE_BYTES + 1)
-        except OSError:
+            raw = safefile.read_bytes(self.path(key), MAX_FILE_BYTES, follow=False)
+        except safefile.Unreadable:
             return Record(key)
-        parsed = _record(raw, key) if len(raw) <= MAX_FILE_BYTES else None
+        parsed = _record(raw, key)
         return parsed if parsed is not None else Record(key)
 
     def save(self, record: Record) -> None:
+        if self.private_dir:
+            check_private_dir(self.directory, WHAT, follow=False)
         write_json_atomic(self.path(record.key), record.to_json())
 
 

@@ -96,7 +96,7 @@ def tune(request: Request, environ: Mapping[str, str] | None = None) -> int:
     plan = Plan(spec=request.profile, profile=profile, target=resolve_target(request.profile, environ),
                 slo=request.slo, workload=settings, rounds=request.rounds, most_users=request.most_users,
                 deadline=None if request.budget_s is None else started + request.budget_s, environ=environ)
-    store = Store(directory / "tune")
+    store = Store.private(directory / "tune")
     profile_bytes = text.encode()
     workload_key = {**asdict(settings), "workload": request.workload, "rounds": request.rounds,
                     "most_users": request.most_users}

@@ -7,6 +7,7 @@ help is cached per version.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -14,11 +15,17 @@ import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from launcher.config.flags import FlagCatalog, parse_help, shipped_catalog
+import structlog
+
+from launcher import safefile
+from launcher.config.flags import MIN_FLAGS, FlagCatalog, parse_help, shipped_catalog
 from launcher.errors import UsageError, VllmNotFound
+from launcher.statedir import write_text_atomic
 from launcher.vllm.versions import VersionSemantics, semantics
 
 Runner = Callable[..., subprocess.CompletedProcess[str]]
+log = structlog.get_logger("vllm_launch")
+MAX_CACHE_BYTES = 4 * 2**20  # vLLM 0.32's list is about 60 KiB
 
 _VERSION_PROBE = "import importlib.metadata as m; print(m.version('vllm'))"
 _VERSION_WORD = re.compile(r"(\d+\.\d+(?:\.\d+)?(?:[.+\w-]*)?)\s*$")
@@ -69,18 +76,32 @@ def _shebang_python(path: Path) -> str | None:
     return parts[0] if parts else None
 
 
-def cached_catalog(version: str, cache: Path) -> FlagCatalog | None:
-    """The flags installed_catalog cached for this vLLM version, without asking vLLM; None if none."""
+def cached_catalog(version: str, cache: Path, unreadable: Callable[[str], None] | None = None) -> FlagCatalog | None:
+    """The flags installed_catalog cached for this vLLM version, without asking vLLM; None if none, or if the
+    file cannot be trusted (read as hostile, every field checked: `unreadable` is told why)."""
+    path = cache / f"vllm-flags-{_safe(version)}.json"
     try:
-        return FlagCatalog.from_json((cache / f"vllm-flags-{_safe(version)}.json").read_text(), source="installed")
-    except (OSError, ValueError, KeyError):
+        catalog = FlagCatalog.from_json(safefile.read_text(path, MAX_CACHE_BYTES), source="installed",
+                                        origin=str(path))
+    except safefile.Missing:
         return None
+    except safefile.Unreadable as exc:
+        if unreadable is not None:
+            unreadable(str(exc))
+        return None
+    if catalog.version != version:
+        if unreadable is not None:
+            unreadable(f"{path}: holds the flags of vLLM {catalog.version[:40]!r}, not {version}")
+        return None
+    return catalog
 
 
 def installed_catalog(vllm_bin: Path, version: str, cache: Path, run: Runner = subprocess.run) -> FlagCatalog | None:
-    """Flags from `vllm serve --help=all`, cached per version; None if the help cannot be read."""
+    """Flags from `vllm serve --help=all`, cached per version; None if the help cannot be read. A cached list
+    that cannot be trusted is a warning, and is read again and rewritten."""
     cached = cache / f"vllm-flags-{_safe(version)}.json"
-    found = cached_catalog(version, cache)
+    found = cached_catalog(version, cache, lambda why: log.warning(
+        "flag_catalog.cache_ignored", error=why, action="reading `vllm serve --help=all` again (about 10 s)"))
     if found is not None:
         return found
     try:
@@ -88,15 +109,10 @@ def installed_catalog(vllm_bin: Path, version: str, cache: Path, run: Runner = s
     except (OSError, subprocess.TimeoutExpired):
         return None
     catalog = parse_help(done.stdout, version, "installed")
-    if done.returncode != 0 or len(catalog.flags) < 20:
+    if done.returncode != 0 or len(catalog.flags) < MIN_FLAGS:
         return None
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(".tmp")
-        tmp.write_text(catalog.to_json())
-        tmp.replace(cached)
-    except OSError:
-        pass  # a read-only cache only costs the next run 10 s
+    with contextlib.suppress(OSError):  # a read-only cache only costs the next run 10 s
+        write_text_atomic(cached, catalog.to_json())  # a new file renamed over whatever lies there
     return catalog
 
 

@@ -27,9 +27,9 @@ def module_name(path: Path) -> str:
 
 
 def stage(module: str) -> str:
-    """launcher.plan.capacity → plan; launcher.errors, units, statedir, runstate, procstat, oneline → ground; cli → cli."""
+    """launcher.plan.capacity → plan; the ground-floor modules (errors, units, oneline, safefile, …) → ground."""
     parts = module.split(".")
-    if len(parts) == 1 or parts[1] in ("errors", "units", "statedir", "runstate", "procstat", "oneline"):
+    if len(parts) == 1 or parts[1] in ("errors", "units", "statedir", "runstate", "procstat", "oneline", "safefile"):
         return "ground"
     if parts[1] in ("cli", "__main__"):
         return "cli"

@@ -360,6 +360,28 @@ class TestConfigFaults:
             assert 200 == answer.status
         stop(lau)
 
+    def test_a_reload_of_a_fifo_is_refused_and_sigterm_still_stops(self, launch: Callable[..., Launcher],
+                                                                     port: int) -> None:
+        """A FIFO put at the profile's path: SIGHUP is refused in one line at once (opening it used to wait for a
+        writer forever: SIGTERM no longer stopped the daemon and the watchdog pings stopped), vLLM serves on."""
+        lau = launch(profile(port), scenarios=[{"log": OK}], extra_env={"WATCHDOG_USEC": "1000000"})
+        wait_ready_count(lau, 1)
+        lau.profile.unlink()
+        os.mkfifo(lau.profile)
+        lau.signal(signal.SIGHUP)
+        refused = lau.wait_event("reload.refused")
+        assert f"{lau.profile}: is a FIFO (named pipe), not a regular file" in refused["reason"]
+        assert lau.notify is not None
+        messages = lau.notify.messages
+
+        def pinged_after_the_refusal() -> bool:
+            said = [i for i, m in enumerate(messages) if "FIFO" in m.get("STATUS", "")]
+            return bool(said) and any("WATCHDOG" in m for m in messages[said[0]:])
+
+        poll_for(pinged_after_the_refusal, 10, "a watchdog ping after the refusal", lau.output)
+        assert 1 == len(lau.argvs()) and 1 == readies(lau)
+        stop(lau)
+
     def test_down_with_a_reused_pid(self, launch: Callable[..., Launcher], port: int, tmp_path: Path) -> None:
         """The daemon is gone and its PID now belongs to a stranger: `down` signals nobody, exits 0."""
         stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

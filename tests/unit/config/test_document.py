@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import random
 from pathlib import Path
 
@@ -50,6 +51,24 @@ class TestBytes:
     def test_a_directory_is_one_line(self, tmp_path: Path) -> None:
         with pytest.raises(ProfileError, match="is a directory"):
             load(tmp_path)
+
+    @pytest.mark.timeout(60)  # before: opening a FIFO waited for a writer forever (a SIGHUP wedged the daemon)
+    def test_a_fifo_is_one_line_at_once(self, tmp_path: Path) -> None:
+        path = tmp_path / "p.yaml"
+        os.mkfifo(path)
+        with pytest.raises(ProfileError) as caught:
+            load(path)
+        assert f"{path}: is a FIFO (named pipe), not a regular file; " in str(caught.value)
+
+    @pytest.mark.timeout(60)
+    def test_a_link_to_a_device_is_one_line(self, tmp_path: Path) -> None:
+        """A profile may be a link (a ConfigMap is made of them); what it points to must still be a file."""
+        (tmp_path / "p.yaml").symlink_to("/dev/zero")
+        with pytest.raises(ProfileError, match="is a character device, not a regular file"):
+            load(tmp_path / "p.yaml")
+        (tmp_path / "real.yaml").write_bytes(HEAD)
+        (tmp_path / "q.yaml").symlink_to(tmp_path / "real.yaml")
+        assert "Org/Model" == load(tmp_path / "q.yaml").model
 
     def test_random_binary_is_exit_78_with_one_line(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         rng = random.Random(7)  # noqa: S311 - reproducible test bytes, not a secret

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from launcher.config import flags
 from launcher.config.load import loads
@@ -155,3 +158,58 @@ class TestNothingBecomesAFlag:
 
         catalog = install.installed_catalog(Path("/v/bin/vllm"), "0.32.0", tmp_path, run)
         assert catalog is not None and catalog.flags["served-model-name"].multiple and 1 == len(calls)
+
+
+def _poisoned(text: str) -> Any:
+    return lambda path: path.write_text(text)
+
+
+def _good_with(change: Any) -> Any:
+    """The real cache of vLLM 0.32 with one field changed by `change(data)`."""
+    def write(path: Path) -> None:
+        data = json.loads(flags.parse_help(HELP, "0.32.0", "installed").to_json())
+        change(data)
+        path.write_text(json.dumps(data))
+    return write
+
+
+@pytest.mark.timeout(60)  # a FIFO as the cache used to wait for a writer
+@pytest.mark.parametrize("poison", [
+    _poisoned('{"version": "0.32.0", "flags": [1, 2], "aliases": {}}'),
+    _good_with(lambda d: d["flags"]["max-model-len"].update(choices=5)),
+    _good_with(lambda d: d["flags"]["max-model-len"].update(choices=[1, 2])),
+    _good_with(lambda d: d["flags"]["enforce-eager"].update(takes_value="no")),
+    _good_with(lambda d: d["flags"].update({"max-model-len": 5})),
+    _good_with(lambda d: d.update(aliases=[])),
+    _good_with(lambda d: d["aliases"].update(tp=7)),
+    _good_with(lambda d: d["aliases"].update(tp="no-such-flag")),
+    _good_with(lambda d: d.update(version=["0.32.0"])),
+    _good_with(lambda d: d.update(flags={"max-model-len": d["flags"]["max-model-len"]})),  # a list of one flag
+    _poisoned('{"version": "0.32.0", "flags": ' + "[" * 100_000),
+    _poisoned("[" * 200_000),
+    _poisoned("null"),
+    _poisoned("{"),
+    os.mkfifo,
+    lambda path: path.symlink_to("/dev/zero"),
+], ids=["flags-a-list", "choices-5", "choices-numbers", "takes-value-a-string", "spec-a-number", "aliases-a-list",
+        "alias-a-number", "alias-to-nothing", "version-a-list", "one-flag", "deep-flags", "deep", "null", "not-json",
+        "fifo", "dev-zero"])
+def test_a_poisoned_cache_is_ignored_with_a_warning_and_rebuilt(tmp_path: Path, poison: Any) -> None:
+    """The cache directory is writable by the service user: whatever the cached list holds, it is checked field
+    by field; one that fails is a warning, the help is read again and the cache rewritten."""
+    cached = tmp_path / "vllm-flags-0.32.0.json"
+    poison(cached)
+    calls: list[list[str]] = []
+
+    def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, HELP, "")
+
+    with capture_logs() as logs:
+        catalog = install.installed_catalog(Path("/v/bin/vllm"), "0.32.0", tmp_path, run)
+    assert catalog is not None and "installed" == catalog.source and 1 == len(calls)
+    assert dict(flags.shipped_catalog().flags) == dict(catalog.flags)
+    warned = [e for e in logs if e["event"] == "flag_catalog.cache_ignored"]
+    assert 1 == len(warned) and str(cached) in warned[0]["error"], logs
+    assert cached.is_file() and not cached.is_symlink()
+    assert install.cached_catalog("0.32.0", tmp_path) is not None  # rebuilt: the next start reads it

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from launcher.errors import ConfigError
 from launcher.tune.cache import MAX_FILE_BYTES, Level, Record, Store, key_of
 
 BASE = {"profile_bytes": b"model: m\n", "overrides": (("max-num-seqs", "64"),), "workload": {"users": 1, "seed": 0},
@@ -95,3 +97,53 @@ def test_a_file_too_large_is_not_read(tmp_path: Path) -> None:
     store.save(_record(key))
     store.path(key).write_bytes(store.path(key).read_bytes() + b" " * MAX_FILE_BYTES)
     assert store.load(key).levels == {}
+
+
+class TestTheCacheFolder:
+    """The folder is checked like the state directory: tune writes there as whoever runs it (maybe root)."""
+
+    def test_a_link_there_is_refused_and_its_target_untouched(self, tmp_path: Path) -> None:
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir(mode=0o700)
+        (tmp_path / "tune").symlink_to(elsewhere)
+        with pytest.raises(ConfigError) as caught:
+            Store.private(tmp_path / "tune")
+        assert f"the tune cache {tmp_path / 'tune'} is a symbolic link" in str(caught.value)
+        assert [] == list(elsewhere.iterdir())
+
+    def test_a_folder_others_can_write_is_refused(self, tmp_path: Path) -> None:
+        (tmp_path / "tune").mkdir(mode=0o700)
+        (tmp_path / "tune").chmod(0o777)
+        with pytest.raises(ConfigError, match="writable by group or others"):
+            Store.private(tmp_path / "tune")
+
+    @pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a folder to another user")
+    def test_another_users_folder_is_refused(self, tmp_path: Path) -> None:
+        (tmp_path / "tune").mkdir(mode=0o700)
+        os.chown(tmp_path / "tune", 65534, 65534)
+        with pytest.raises(ConfigError, match="owned by uid 65534"):
+            Store.private(tmp_path / "tune")
+
+    def test_a_link_put_there_while_tune_runs_is_refused_at_the_next_save(self, tmp_path: Path) -> None:
+        store = Store.private(tmp_path / "tune")
+        assert 0o700 == (store.directory.stat().st_mode & 0o777)
+        store.directory.rmdir()
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        store.directory.symlink_to(tmp_path / "elsewhere")
+        with pytest.raises(ConfigError, match="symbolic link"):
+            store.save(_record(key_of(**BASE)))
+        assert [] == list((tmp_path / "elsewhere").iterdir())
+
+    @pytest.mark.timeout(60)  # a FIFO as a record used to wait for a writer
+    @pytest.mark.parametrize("plant", ["fifo", "link"])
+    def test_a_record_that_is_not_a_file_is_measured_again(self, tmp_path: Path, plant: str) -> None:
+        store = Store.private(tmp_path / "tune")
+        key = key_of(**BASE)
+        if plant == "fifo":
+            os.mkfifo(store.path(key))
+        else:
+            other = tmp_path / "other.json"
+            Store(tmp_path).save(_record(key))
+            Store(tmp_path).path(key).rename(other)
+            store.path(key).symlink_to(other)
+        assert {} == store.load(key).levels
