@@ -185,7 +185,8 @@ class supervised:  # noqa: N801 - used as a context manager, like contextlib's
 
     The child is the whole supervisor (preflight, ladder, readiness), in its own session so that a Ctrl-C
     at the terminal reaches only this process, which then stops it in order: vLLM's memory is given back
-    before `__exit__` returns, and so before anything starts the next server."""
+    before `__exit__` returns, and so before anything starts the next server. Should this process die
+    without a word (SIGKILL), the child sees it gone and stops by itself (run/parentwatch.py)."""
 
     def __init__(self, spec: str, profile: Profile, sets: str | Sequence[str], environ: dict[str, str],
                  ready_timeout_s: float = READY_TIMEOUT_S) -> None:

@@ -9,12 +9,14 @@ from typing import Any, TypeVar
 
 import yaml
 
+from launcher import safefile
 from launcher.errors import UsageError
 from launcher.gpu.inventory import GpuDevice, GpuInventory, GpuProcess, apply_visibility
 from launcher.procstat import alive
 from launcher.units import BadValue, parse_size, true_or_false, whole_number
 
 T = TypeVar("T")
+MAX_BYTES = 2**20  # an inventory lists a few GPUs: a few hundred bytes
 
 
 class FakeProbe:
@@ -60,12 +62,17 @@ class FakeProbe:
 def load_inventory(path: str | Path, environ: Mapping[str, str] | None = None) -> GpuInventory:
     """An inventory file as a GpuInventory; a bad file is a UsageError naming the file and the key."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))  # JSON is YAML
-    except OSError as exc:
-        raise UsageError(f"--gpu-inventory {path}: cannot read it ({exc.strerror}); check the path") from None
+    try:  # read as every file the launcher did not write: a regular file, bounded, never waiting on a FIFO
+        data = yaml.safe_load(safefile.read_text(path, MAX_BYTES, follow=True))  # JSON is YAML
+    except safefile.Missing:
+        raise UsageError(f"--gpu-inventory {path}: cannot read it (no such file); check the path") from None
+    except safefile.Unreadable as exc:
+        raise UsageError(f"--gpu-inventory {path}: {exc.problem}; name an inventory file") from None
+    except RecursionError:
+        raise UsageError(f"--gpu-inventory {path}: nested too deep; see tests/data/inventories/README.md") from None
     except yaml.YAMLError as exc:
-        raise UsageError(f"--gpu-inventory {path}: not YAML or JSON ({exc}); fix the syntax") from None
+        raise UsageError(f"--gpu-inventory {path}: not YAML or JSON ({' '.join(str(exc).split())}); "
+                         "fix the syntax") from None
     if not isinstance(data, Mapping):
         raise UsageError(f"--gpu-inventory {path}: expected a mapping with a devices: list; "
                          "see tests/data/inventories/README.md")

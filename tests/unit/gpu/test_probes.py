@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -507,6 +508,20 @@ class TestInventoryFiles:
         path = write(tmp_path, text)
         with pytest.raises(UsageError, match=re.escape(str(path))):
             FakeProbe(path, {}).read()
+
+    @pytest.mark.timeout(60)  # a FIFO used to wait for a writer
+    @pytest.mark.parametrize("plant", ["fifo", "deep", "dev-zero"])
+    def test_a_file_that_is_not_one_is_one_line(self, tmp_path: Path, plant: str) -> None:
+        path = tmp_path / "inventory.yaml"
+        if plant == "fifo":
+            os.mkfifo(path)
+        elif plant == "deep":
+            path.write_text("[" * 200_000)
+        else:
+            path.symlink_to("/dev/zero")
+        with pytest.raises(UsageError) as caught:
+            FakeProbe(path, {}).read()
+        assert str(caught.value).startswith(f"--gpu-inventory {path}: ") and "\n" not in str(caught.value)
 
     def test_a_missing_file(self, tmp_path: Path) -> None:
         """A path that does not exist is a UsageError naming it."""
