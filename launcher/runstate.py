@@ -121,6 +121,8 @@ class State:
     raw: Mapping[str, Any]
     fp8_kv: bool | None = None  # every GPU of the run can hold an FP8 KV cache (None: not known, e.g. the CPU backend)
     restart_window_s: float | None = None  # the profile's launcher.restart.window
+    agent_verdict: str | None = None  # the agent probe's verdict (pass, fail, inconclusive; run/agentprobe.py)
+    tool_parser_errors: int | None = None  # tool-call parser errors vLLM logged since the served vLLM started
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> State:
@@ -137,7 +139,13 @@ class State:
             vllm_version=_str(data.get("vllm_version")), time_to_ready_s=_number(data.get("time_to_ready_s"), MAX_SECONDS),
             error=_str(data.get("error")), raw=dict(data),
             fp8_kv=fp8 if isinstance(fp8 := data.get("fp8_kv"), bool) else None,
-            restart_window_s=_number(data.get("restart_window_s"), MAX_SECONDS))
+            restart_window_s=_number(data.get("restart_window_s"), MAX_SECONDS),
+            agent_verdict=_verdict(data.get("agent")), tool_parser_errors=_int(data.get("tool_parser_errors")))
+
+
+def _verdict(agent: object) -> str | None:
+    verdict = agent.get("verdict") if isinstance(agent, Mapping) else None
+    return verdict if verdict in ("pass", "fail", "inconclusive") else None
 
 
 def read_state(path: Path, unreadable: Callable[[Unreadable], None] | None = None) -> State | None:

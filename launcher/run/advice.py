@@ -211,6 +211,18 @@ def restarts(decisions: Sequence[Decision], now: float, window_s: float = RESTAR
                   f"{len(recent)} restart(s) in the last {window_s / 3600:g} h; the last {_ago(since)} ago")
 
 
+def tool_parser_errors(count: int | None, parser: str | None) -> Advice | None:
+    """vLLM logged that its tool-call parser could not read answers: agents got text where they needed calls."""
+    if not count:
+        return None
+    return Advice("tool_parser", "limit", {"tool_parser_errors": count, "tool_call_parser": parser},
+                  "vllm.tool-call-parser",
+                  f"vLLM logged {count} tool-call parser error(s) since it started (\"Error in extracting tool call\"): "
+                  f"the model writes calls that {parser or 'the parser'} cannot read, so agents get them as text; set "
+                  "vllm.tool-call-parser to the parser of this model's family (docs/agent-parsers.md, `vllm-launch "
+                  "plan` names it)")
+
+
 def _ago(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.0f} s"
@@ -221,12 +233,13 @@ def _ago(seconds: float) -> str:
 
 def advise(before: Figures | None, now: Figures | None, capacity: Capacity | None, decisions: Sequence[Decision],
            argv: Sequence[str] | None, rung: Mapping[str, Any], clock: float, *, fp8_kv: bool | None = None,
-           restart_window_s: float | None = None) -> list[Advice]:
+           restart_window_s: float | None = None, parser_errors: int | None = None) -> list[Advice]:
     """Every rule the figures show, limits first. `fp8_kv` and `restart_window_s` are what state.json recorded
     of the GPU and the profile (None: not recorded)."""
     found: list[Advice | None] = []
     if now is not None:
         found += [kv_saturated(before, now, capacity, fp8_kv), batch_limited(now, argv, rung),
                   prefix_cache_low(before, now, argv, rung), latency(before, now)]
+    found.append(tool_parser_errors(parser_errors, flag(argv, rung, "tool-call-parser")))
     found.append(restarts(decisions, clock, restart_window_s or RESTART_WINDOW_S))
     return [a for a in found if a is not None]

@@ -45,6 +45,10 @@ MARKUP: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("pythonic", re.compile(r"^\s*\[\s*[A-Za-z_]\w*\(")),
 )
 THINKING = re.compile(r"</?think>")
+# What vLLM's request path logs when a parser cannot read an answer (vllm/tool_parsers/*, 0.6 → 0.32): while
+# serving, each one is an agent that got text where it needed a call. The log pump counts them.
+PARSER_ERROR = re.compile(r"^(?:Error in extracting tool call from response|Error trying to handle streaming tool "
+                          r"call|Failed to extract tool call spec)")
 
 
 class AgentVerdict(enum.StrEnum):

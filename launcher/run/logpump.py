@@ -21,6 +21,7 @@ import structlog
 
 from launcher.errors import ConfigError
 from launcher.run import logs
+from launcher.run.agentprobe import PARSER_ERROR
 from launcher.vllm.diagnose import Diagnoser, Diagnosis
 from launcher.vllm.signatures import LogEvent
 
@@ -120,6 +121,7 @@ class LogPump(threading.Thread):
         self.fatal_at: float | None = None  # monotonic time the first specific fatal line was read
         self.sink_failed_at: float | None = None
         self.warned: set[str] = set()
+        self.tool_parser_errors = 0  # "Error in extracting tool call from response" and its kin (run/agentprobe.py)
 
     def run(self) -> None:
         """Read whatever the pipe holds (a `\r` redraw of a progress bar is progress too, though no newline
@@ -162,6 +164,8 @@ class LogPump(threading.Thread):
             event = self.diagnoser.feed(line)
             if event is not None and event.fatal == "specific" and self.fatal_at is None and self.diagnoser.decided:
                 self.fatal_at = self.last_output
+        if event is not None and event.kind == "serving" and PARSER_ERROR.match(event.message):
+            self.tool_parser_errors += 1
         if event is not None and event.kind in _NOTABLE:
             self.events.put(event)
 

@@ -63,6 +63,16 @@ class StateCollector(Collector):
                      capacity.sessions)
         yield _gauge("vllm_launch_time_to_ready_seconds", "seconds from launch to READY of the last start",
                      self.profile, state.time_to_ready_s)
+        agent = GaugeMetricFamily("vllm_launch_agent_probe", "1 for the agent probe's verdict before the last READY "
+                                  "(pass, fail, inconclusive)", labels=[*labels, "verdict"])
+        if state.agent_verdict is not None:
+            for verdict in ("pass", "fail", "inconclusive"):
+                agent.add_metric([self.profile, verdict], 1.0 if state.agent_verdict == verdict else 0.0)
+        yield agent
+        parser_errors = CounterMetricFamily("vllm_launch_tool_parser_errors", "tool-call parser errors vLLM logged "
+                                            "since the served vLLM started", labels=labels)
+        parser_errors.add_metric([self.profile], float(state.tool_parser_errors or 0))
+        yield parser_errors
         failures = [d for d in state.decisions if d.cls != "last_known_good"]
         last = InfoMetricFamily("vllm_launch_last_failure", "the latest failure class", labels=labels)
         if failures:

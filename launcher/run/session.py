@@ -175,6 +175,9 @@ class Session:
         if now - self.last_remember >= REMEMBER_EVERY_S:
             self.last_remember = now
             self.remember(child)
+            errors = child.pump.tool_parser_errors
+            if errors != self.store.data.get("tool_parser_errors", 0):
+                self.store.update(tool_parser_errors=errors)
 
     def remember(self, child: supervisor.Child) -> None:
         """Every process of vLLM's tree, and every one of it the daemon adopted as subreaper, goes on record

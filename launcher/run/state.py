@@ -155,7 +155,8 @@ def status_command(profile: str | None, as_json: bool = False, environ: Mapping[
         rung = found.raw.get("rung")
         advised = advice.advise(figures[0] if len(figures) == 2 else None, figures[-1] if figures else None,
                                 found.capacity, found.decisions, argv, rung if isinstance(rung, dict) else {},
-                                time.time(), fp8_kv=found.fp8_kv, restart_window_s=found.restart_window_s)
+                                time.time(), fp8_kv=found.fp8_kv, restart_window_s=found.restart_window_s,
+                                parser_errors=found.tool_parser_errors)
         # `phase` stays what the daemon wrote; `alive` says whether that daemon still runs (`running`: the same,
         # under its older name).
         reports.append({**found.raw, "alive": running, "running": running, "live": live,

