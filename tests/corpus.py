@@ -30,6 +30,17 @@ class RealLog:
     def path(self) -> Path:
         return REAL / self.file
 
+    @property
+    def miss(self) -> str | None:
+        """Why the diagnosis is known to get this log wrong (index field `miss:`), or None.
+
+        A known miss is scored as wrong by the benchmark, and its test is an expected failure
+        (strict): once the classifier gets the log right the test passes unexpectedly and
+        fails, so the marker has to be removed with the fix.
+        """
+        why = self.expected.get("miss")
+        return str(why) if why else None
+
     def lines(self) -> Iterator[str]:
         with self.path.open(encoding="utf-8", errors="replace", newline="") as handle:
             text = handle.read()
