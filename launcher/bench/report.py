@@ -63,7 +63,7 @@ def _rows(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("requests", f"{requests['completed']} completed, {requests['failed']} failed" + (f" ({errors})" if errors else "")),
         ("TTFT ms (mean/p50/p95/p99)", _ms(doc["ttft_ms"])),
         ("TPOT ms", _ms(doc["tpot_ms"])),
-        ("tool calls", _tool_calls(doc)),
+        ("answers with tool calls", _tool_calls(doc)),
         ("ITL ms", _ms(doc["itl_ms"])),
         ("E2EL ms", _ms(doc["e2el_ms"])),
         ("tokens in / out", f"{doc['input_tokens']:,} / {doc['output_tokens']:,}"),
@@ -79,10 +79,9 @@ def _rows(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
 def _tool_calls(doc: Mapping[str, Any]) -> str:
     """Parsed and left-as-text calls of all answers: the agent's health beside the latencies."""
     calls = doc["tool_calls"]
-    markup = ", ".join(f"{name} markup" for name in calls["as_text_markup"])
-    line = (f"{calls['parsed']} of {calls['answers']} answers parsed, {calls['as_text']} left as text"
-            + (f" ({markup})" if markup else ""))
-    return line + (" (no tools sent: --tools none)" if doc["settings"].get("tools") == "none" else "")
+    markup = ", ".join(calls["as_text_markup"])
+    line = f"{calls['parsed']}/{calls['answers']} parsed, {calls['as_text']} as text" + (f" ({markup})" if markup else "")
+    return line + (" (no tools sent)" if doc["settings"].get("tools") == "none" else "")
 
 
 def text(doc: Mapping[str, Any]) -> str:

@@ -143,9 +143,9 @@ def test_the_report_shows_parsed_calls_and_calls_left_as_text_next_to_ttft_and_t
     assert doc["tool_calls"] == {"answers": 4, "parsed": 2, "as_text": 1, "as_text_markup": {"hermes": 1}}
     assert doc["settings"]["tools"] == "agent"
     lines = report.text(doc).splitlines()
-    row = next(i for i, line in enumerate(lines) if line.strip().startswith("tool calls"))
+    row = next(i for i, line in enumerate(lines) if line.strip().startswith("answers with tool calls"))
     assert "TPOT" in lines[row - 1] and "TTFT" in lines[row - 2]
-    assert lines[row].endswith("2 of 4 answers parsed, 1 left as text (hermes markup)")
+    assert lines[row].endswith("2/4 parsed, 1 as text (hermes)")
     json.loads(report.to_json(doc))
     off = report.document(run, target="http://x", model="m", vllm_version=None,
                           settings=replace(SETTINGS, tools="none"))
