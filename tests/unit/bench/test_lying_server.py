@@ -277,8 +277,8 @@ def test_server_counters_that_cannot_be_are_not_reported() -> None:
 def test_an_answer_that_ends_but_whose_body_does_not_stands_and_the_connection_is_dropped(liar: LyingServer) -> None:
     liar.mode = "after_done"
     server = Server(url_of(liar), KEY)
-    result, text = server.chat("tiny", [{"role": "user", "content": "hi"}], max_tokens=3)
-    assert result.ok and text == "a" and result.output_tokens == 1
+    result, answer = server.chat("tiny", [{"role": "user", "content": "hi"}], max_tokens=3)
+    assert result.ok and answer.text == "a" and result.output_tokens == 1
     assert server._kept.conn is None  # what follows [DONE] never ended: this connection cannot carry another
 
 
