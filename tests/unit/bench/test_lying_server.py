@@ -184,14 +184,6 @@ def test_a_stream_with_more_tokens_than_asked_is_cut_and_failed(liar: LyingServe
     assert "too_many_tokens" == chat(liar, server={"timeout_s": ENDLESS_S * 3})
 
 
-@pytest.fixture
-def trickles() -> Iterator[list[Trickle]]:
-    made: list[Trickle] = []
-    yield made
-    for server in made:
-        server.close()
-
-
 @pytest.mark.parametrize("head", [trickle.HEADERS, trickle.CHUNK_LINE, trickle.ERROR_BODY],
                          ids=["headers", "chunk_line", "error_body"])
 def test_a_chat_whose_server_trickles_ends_at_its_timeout_and_deadline(trickles: list[Trickle], head: bytes) -> None:
