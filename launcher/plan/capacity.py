@@ -365,7 +365,7 @@ def capacity_inputs(profile: Profile, plan: Plan, gpu: GpuSpec, version: Version
     max_len = plan.max_model_len or arch.max_position_embeddings or 2048
     return CapacityInputs(
         arch=arch, weights_bytes=weights, weights_source=source, gpu=gpu, version=version,
-        utilization=plan.utilization or version.default_utilization, max_model_len=max_len,
+        utilization=version.utilization(plan.utilization), max_model_len=max_len,
         kv_cache_dtype=plan.kv_cache_dtype,
         tensor_parallel_size=plan.tensor_parallel_size, pipeline_parallel_size=plan.pipeline_parallel_size,
         enforce_eager=fl.get("enforce-eager") is True,

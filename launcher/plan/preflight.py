@@ -54,7 +54,7 @@ def evaluate(profile: Profile, inventory: GpuInventory, *, host: HostFacts, capa
     _count_check(inventory, needed, _parallel_words(profile), out)
     devices = inventory.visible_devices[:needed]
     if devices:
-        base = profile.utilization or version.default_utilization
+        base = version.utilization(profile.utilization)
         _fp8_check(profile, devices, capacity, out)
         _free_memory_check(profile, devices, host, base, version, out)
         _foreign_check(devices, host, out)

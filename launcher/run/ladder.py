@@ -254,7 +254,7 @@ def _retry_same(profile: Profile, overrides: dict[str, FlagValue | None], flags:
 
 def _utilization(flags: Mapping[str, FlagValue], version: VersionSemantics) -> float:
     value = flags.get("gpu-memory-utilization")
-    return float(value) if isinstance(value, int | float) else version.default_utilization
+    return version.utilization(float(value) if isinstance(value, int | float) else None)
 
 
 _HANDLERS = {

@@ -42,6 +42,10 @@ class VersionSemantics:
     def default_utilization(self) -> float:
         return 0.92 if self.at_least("0.20.0") else 0.9
 
+    def utilization(self, written: float | None) -> float:
+        """The gpu-memory-utilization vLLM runs with: the one the profile (or a rung) wrote, else its default."""
+        return written or self.default_utilization
+
     @property
     def checks_free_memory_at_start(self) -> bool:
         return self.at_least("0.9.0")
