@@ -20,7 +20,7 @@ from launcher.plan.hostfacts import HostFacts
 from launcher.plan.ownership import LocalProcess
 from launcher.plan.problems import ERROR, WARNING, Findings, PreflightResult, gib
 from launcher.units import GIB
-from launcher.vllm.versions import VersionSemantics
+from launcher.vllm.versions import DEFAULT_BLOCK_SIZE, VersionSemantics
 
 # vLLM compares free memory with utilization × total after creating its own CUDA context
 # (0.3–0.5 GiB), which NVML's free figure does not yet include.
@@ -276,7 +276,7 @@ def _capacity_check(profile: Profile, capacity: CapacityPlan | None, base: float
     per_token = capacity.kv_bytes_per_token * out.kv_factor
     tokens = kv_budget // per_token if changed and per_token else capacity.kv_tokens
     if tokens < capacity.max_model_len:
-        fit = tokens // 16 * 16
+        fit = tokens // DEFAULT_BLOCK_SIZE * DEFAULT_BLOCK_SIZE
         out.add(WARNING, "context_too_long",
                 f"one {capacity.max_model_len:,}-token request needs {gib(capacity.max_model_len * per_token)} of KV "
                 f"cache, only ~{tokens:,} tokens fit in {gib(kv_budget)}",

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from launcher.config.profile import FP8_KV_DTYPES, FlagValue, Profile, parse_max_model_len
 from launcher.errors import EXIT_CODES, Outcome
 from launcher.vllm.command import Overrides, effective_flags
-from launcher.vllm.diagnose import DEFAULT_BLOCK_SIZE, Diagnosis
+from launcher.vllm.diagnose import Diagnosis
 from launcher.vllm.signatures import (
     CONFIG,
     ENGINE_DEAD,
@@ -26,7 +26,7 @@ from launcher.vllm.signatures import (
     STARTUP_MEMORY,
     UNKNOWN,
 )
-from launcher.vllm.versions import VersionSemantics
+from launcher.vllm.versions import DEFAULT_BLOCK_SIZE, VersionSemantics
 
 # Memory the next utilization leaves free for the driver and other allocations on the device.
 FREE_MARGIN_GIB = 0.5

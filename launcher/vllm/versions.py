@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 NEWEST_KNOWN = "0.33.0"
+DEFAULT_BLOCK_SIZE = 16  # tokens per KV-cache block when the profile sets no block-size
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 
