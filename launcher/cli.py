@@ -264,21 +264,21 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from launcher.run import state
+    from launcher.observe import status
 
     if args.watch:
         if not args.profile or args.json:
             raise UsageError("status --watch: give one PROFILE and no --json (e.g. vllm-launch status qwen3 --watch)")
-        from launcher.run import watch
+        from launcher.observe import watch
 
         return watch.watch_command(args.profile)
-    return state.status_command(args.profile, as_json=args.json)
+    return status.status_command(args.profile, as_json=args.json)
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from launcher.run import state
+    from launcher.observe import down
 
-    return state.down_command(args.profile, timeout=args.timeout)
+    return down.down_command(args.profile, timeout=args.timeout)
 
 
 def cmd_render(args: argparse.Namespace) -> int:

@@ -14,8 +14,10 @@ from types import MappingProxyType
 
 from launcher.config.profile import FP8_KV_DTYPES, FlagValue, Profile, parse_max_model_len
 from launcher.errors import EXIT_CODES, Outcome
+from launcher.plan.preflight import FREE_MARGIN, lower_rung_that_fits
+from launcher.units import GIB
 from launcher.vllm.command import Overrides, effective_flags
-from launcher.vllm.diagnose import DEFAULT_BLOCK_SIZE, Diagnosis
+from launcher.vllm.diagnose import Diagnosis
 from launcher.vllm.signatures import (
     CONFIG,
     ENGINE_DEAD,
@@ -26,10 +28,8 @@ from launcher.vllm.signatures import (
     STARTUP_MEMORY,
     UNKNOWN,
 )
-from launcher.vllm.versions import VersionSemantics
+from launcher.vllm.versions import DEFAULT_BLOCK_SIZE, VersionSemantics
 
-# Memory the next utilization leaves free for the driver and other allocations on the device.
-FREE_MARGIN_GIB = 0.5
 # The smallest max-num-batched-tokens the no_cache_blocks rung shrinks the profiling batch to.
 SMALL_BATCH_TOKENS = 1024
 # Every flag a rung (or the GPU preflight) changes: what a last-known-good record may hold, and nothing else.
@@ -136,18 +136,16 @@ def _startup_memory(profile: Profile, overrides: dict[str, FlagValue | None], fl
     current = _utilization(flags, version)
     rungs = profile.launcher.ladder.utilization_rungs
     fits = _fitting_utilization(d, free_fraction)
-    lower = [r for r in rungs if r < current - 1e-9]
-    usable = [r for r in lower if fits is None or r <= fits]
+    nxt = lower_rung_that_fits(rungs, current, fits)
     if d.reason == "memory_changed" and current in rungs:
         return Step(MappingProxyType(overrides), "same flags",
                     "startup_memory: memory use changed while vLLM profiled it; retrying once memory settles")
-    if not usable:
+    if nxt is None:
         why = (f"a utilization of at most {fits:.2f} fits the free memory ({_free_text(d)})" if fits is not None
                else "vLLM could not get the memory it asked for")
         allowed = f"the profile's rungs are {list(rungs)}" if rungs else "the profile allows no other utilization"
         raise Exhausted(f"startup_memory at gpu-memory-utilization {current}: {why}; {allowed}. Free the device "
                         "(see `vllm-launch preflight`) or add a lower rung to launcher.ladder.gpu_memory_utilization")
-    nxt = usable[0]
     overrides["gpu-memory-utilization"] = nxt
     return Step(MappingProxyType(overrides), f"gpu-memory-utilization {current} → {nxt}",
                 f"startup_memory: {_free_text(d) or d.root_cause}")
@@ -156,7 +154,7 @@ def _startup_memory(profile: Profile, overrides: dict[str, FlagValue | None], fl
 def _fitting_utilization(d: Diagnosis, free_fraction: float | None) -> float | None:
     free, total = d.numbers.get("free_gib"), d.numbers.get("total_gib")
     if isinstance(free, float) and isinstance(total, float) and total > 0:
-        return max(0.0, (free - FREE_MARGIN_GIB) / total)
+        return max(0.0, (free - FREE_MARGIN / GIB) / total)
     return free_fraction
 
 
@@ -254,7 +252,7 @@ def _retry_same(profile: Profile, overrides: dict[str, FlagValue | None], flags:
 
 def _utilization(flags: Mapping[str, FlagValue], version: VersionSemantics) -> float:
     value = flags.get("gpu-memory-utilization")
-    return float(value) if isinstance(value, int | float) else version.default_utilization
+    return version.utilization(float(value) if isinstance(value, int | float) else None)
 
 
 _HANDLERS = {

@@ -22,6 +22,7 @@ from launcher.run.supervisor import Child, Kind, Outcome, outcome
 from launcher.vllm.command import Plan
 from launcher.vllm.diagnose import Diagnosis
 from launcher.vllm.signatures import CONFIG, KV_INSUFFICIENT, LogEvent
+from launcher.vllm.versions import DEFAULT_BLOCK_SIZE
 
 # How long a generic fatal line ("EngineCore failed to start") waits for its root cause.
 ROOT_CAUSE_WAIT_S = 2.0
@@ -187,7 +188,7 @@ def _convict(child: Child, evidence: str) -> None:
         child.pump.diagnoser.convict(evidence)
 
 
-def capacity_gate(require: Requirements, outcome: Outcome, plan: Plan, block_size: int = 16) -> Outcome | None:
+def capacity_gate(require: Requirements, outcome: Outcome, plan: Plan, block_size: int = DEFAULT_BLOCK_SIZE) -> Outcome | None:
     """READY only when the capacity the log reports meets launcher.require (and an `auto` context leaves
     the block vLLM keeps back); else the failed outcome."""
     numbers = dict(outcome.diagnosis.numbers)

@@ -279,7 +279,7 @@ def _record_calibration(session: Session, plan: command.Plan, numbers: Mapping[s
     record = calibration.measured(
         numbers, record_key=calibration.key(table.name if table else name, count, version.version,
                                              session.profile.model, plan.flags),
-        vllm_version=version.version, utilization=plan.utilization or version.default_utilization,
+        vllm_version=version.version, utilization=version.utilization(plan.utilization),
         max_model_len=int(length or 0), source="start-up", driver=driver)
     if record is None:
         return

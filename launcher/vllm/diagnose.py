@@ -24,8 +24,7 @@ from typing import Any
 
 from launcher.vllm.classify import classify, normalize
 from launcher.vllm.signatures import CONFIG, ENGINE_DEAD, KV_INSUFFICIENT, OK, STARTUP_MEMORY, UNKNOWN, FailureClass, LogEvent
-
-DEFAULT_BLOCK_SIZE = 16
+from launcher.vllm.versions import DEFAULT_BLOCK_SIZE
 
 
 @dataclass(frozen=True, slots=True)
