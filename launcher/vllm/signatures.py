@@ -33,7 +33,8 @@ from launcher.vllm.signature_kit import (
     _sig,
 )
 
-__all__ = ["COMPILE_CACHE", "CONFIG", "DISTRIBUTED_INIT", "ENGINE_DEAD", "FP8_UNSUPPORTED", "KV_INSUFFICIENT", "NO_CACHE_BLOCKS", "OK", "SIGNATURES",
+__all__ = ["COMPILE_CACHE", "CONFIG", "DISTRIBUTED_INIT", "ENGINE_DEAD", "FP8_UNSUPPORTED", "KV_INSUFFICIENT",
+           "NO_CACHE_BLOCKS", "OK", "SIGNATURES",
            "STARTUP_MEMORY", "UNKNOWN", "FailureClass", "LogEvent", "Signature"]
 
 
