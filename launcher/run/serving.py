@@ -20,7 +20,7 @@ from launcher.run.session import Session, Stopped
 from launcher.run.supervisor import FAILED_ATTEMPT_GRACE_S, Child, Kind, Outcome, outcome
 from launcher.runstate import Decision, Phase
 from launcher.units import format_duration
-from launcher.vllm.signatures import ENGINE_DEAD
+from launcher.vllm.signatures import DISTRIBUTED_INIT, ENGINE_DEAD
 
 log = structlog.get_logger("vllm_launch")
 _MAX_METRICS_BYTES = 8 * 1024 * 1024  # vLLM's /metrics is ~100 KiB; a larger answer is cut, not held whole
@@ -111,7 +111,7 @@ def watch(child: Child, stop: threading.Event, *, probe_health: Callable[[], hea
             event = child.pump.events.get(timeout=0.5)
         except queue.Empty:
             event = None
-        if event is not None and event.kind == "failure" and event.failure == ENGINE_DEAD:
+        if event is not None and event.kind == "failure" and event.failure in (ENGINE_DEAD, DISTRIBUTED_INIT):
             suspect, next_probe = event.message, clock()
         if event is EOF or child.popen.poll() is not None:
             child.pump.join(timeout=2.0)

@@ -21,7 +21,9 @@ from launcher.errors import ConfigError, LadderExhausted
 from launcher.gpu.match import match_gpu
 from launcher.plan import calibration
 from launcher.run import agentprobe, gpurelease, health, ladder, listener, logs, progress, state, supervisor
+from launcher.run.compilecache import cache_dir, move_compile_cache
 from launcher.run.logpump import RotatingFile
+from launcher.run.oomkill import explain_oom, oom_kill_count
 from launcher.run.readiness import ReadyCheck, capacity_gate, unchecked_requirement, wait_ready
 from launcher.run.retry import Backoff
 from launcher.run.session import Attempt, Ready, Session, Stopped
@@ -74,8 +76,13 @@ def start(session: Session, overrides: dict[str, FlagValue | None]) -> Ready:
                     return ready
                 if outcome.kind is Kind.STOPPED:
                     raise Stopped
+                once = list(session.store.data.get("ladder_once") or [])  # once-per-run steps taken (state)
                 step = ladder.next_step(prof, overrides, outcome.diagnosis, version=session.vllm.semantics,
-                                        free_fraction=session.free_fraction(), tried=tried)
+                                        free_fraction=session.free_fraction(), tried=tried, done=once)
+                if step.once is not None:
+                    session.store.update(ladder_once=[*once, step.once])
+                if step.once == ladder.MOVE_COMPILE_CACHE:
+                    move_compile_cache(cache_dir({**session.environ, **prof.env}), outcome.attempt, session.store.update)
                 tried.append(dict(overrides))
                 session.same_flags_retries = (session.same_flags_retries + 1
                                               if dict(step.overrides) == overrides else 0)
@@ -109,6 +116,7 @@ def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> tupl
     plan = command.build_plan(prof, overrides, vllm_bin=session.vllm.vllm_bin, catalog=session.vllm.catalog,
                               placement=session.config.placement)
     _wait_for_gpu_memory(session)
+    oom_before = oom_kill_count()  # the OOM killer leaves no line in vLLM's log: its cgroup counts the kills
     sink = RotatingFile(prof.launcher.log_file, prof.launcher.log_max_bytes,
                         prof.launcher.log_backups) if prof.launcher.log_file else None
     rung = plan.describe_overrides()
@@ -179,6 +187,7 @@ def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> tupl
             return outcome, _ready(session, child, plan, outcome, overrides)
         outcome = gated
     report = session.stop_child(supervisor.FAILED_ATTEMPT_GRACE_S)
+    outcome = dataclasses.replace(outcome, diagnosis=explain_oom(outcome.diagnosis, oom_before, oom_kill_count()))
     record.outcome, record.cls, record.detail = outcome.kind, outcome.diagnosis.cls, outcome.detail
     d = outcome.diagnosis
     log.warning("attempt.failed", attempt=number, outcome=outcome.kind, failure=d.cls, reason=d.reason,
