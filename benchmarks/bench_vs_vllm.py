@@ -48,7 +48,7 @@ def settings_for(args: argparse.Namespace, seed: int) -> Settings:
     # one turn a conversation (the next would not fit): every request is a fresh single-turn prompt
     return Settings(users=args.users, turns=args.requests // args.users, shared_prefix=0, turn_tokens=args.input,
                     max_tokens=args.output, warmup=1, seed=seed, ignore_eos=True,
-                    context=args.input + args.output + 48)
+                    context=args.input + args.output + 48, tools="none")  # vllm bench serve sends no tools
 
 
 def prompts(port: int, args: argparse.Namespace, seed: int, path: Path) -> None:

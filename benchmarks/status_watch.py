@@ -50,8 +50,8 @@ class Metrics(http.server.BaseHTTPRequestHandler):
 
 def daemon(directory: Path) -> subprocess.Popen[str]:
     """A process that holds the profile's lock, as `vllm-launch up` does."""
-    code = (f"import sys, time, pathlib; sys.path.insert(0, {str(ROOT)!r}); from launcher.run import state; "
-            f"state.acquire_lock(pathlib.Path({str(directory / 'lock')!r}), 'x', 'y'); print('held', flush=True); "
+    code = (f"import sys, time, pathlib; sys.path.insert(0, {str(ROOT)!r}); from launcher.run import locks; "
+            f"locks.acquire_lock(pathlib.Path({str(directory / 'lock')!r}), 'x', 'y'); print('held', flush=True); "
             "time.sleep(3600)")
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"

@@ -287,7 +287,8 @@ def run_ours(args: argparse.Namespace, profile: Path, env: dict[str, str], scrat
     most = args.cap if args.theirs == "levels" else args.num_prompts
     argv = [*base, str(profile), "--slo", args.slo, "--rounds", str(args.rounds), "--json",
             "--workload", args.tune_workload, "--shared-prefix", str(args.prefix), "--turn-tokens", str(args.input),
-            "--max-tokens", str(args.output), "--context", str(args.context), "--max-users", str(most), *args.tune_arg]
+            "--max-tokens", str(args.output), "--context", str(args.context), "--max-users", str(most),
+            "--tools", "none", *args.tune_arg]  # theirs sends no tools (and the demo profile serves no parser)
     for grid in args.grid:
         argv += ["--grid", grid]
     code, wall = run_group(argv, env, scratch / "tune.out", args.timeout)

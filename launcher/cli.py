@@ -127,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--model", help="the served model name (default: the profile's, or the first listed)")
     bench.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
+    _add_tools(bench)
     bench.add_argument("--json", action="store_true", help="the result as JSON (stable keys, see docs/commands.md)")
     bench.add_argument("--plot", metavar="FILE.png", help="TTFT and TPOT distributions (needs the `plot` extra)")
     bench.add_argument("--compare", choices=("prefix-caching",), help="with a PROFILE: run it with and without "
@@ -138,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
                                 "vllm-launch completion bash > /etc/bash_completion.d/vllm-launch")
     completion.add_argument("shell", choices=COMPLETION_SHELLS)
     return parser
+
+
+def _add_tools(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tools", choices=("agent", "none"), default="agent", help="agent: a coding agent's dozen "
+                        "tool definitions in every request, tool_choice auto (default); none: no tools")
 
 
 def _add_tune(sub: Any) -> None:
@@ -165,6 +171,7 @@ def _add_tune(sub: Any) -> None:
                       "(default 128)")
     tune.add_argument("--max-tokens", type=int, default=64, metavar="M", help="output tokens per turn (default 64)")
     tune.add_argument("--seed", type=int, default=0)
+    _add_tools(tune)
     _add_gpu_inventory(tune)
     tune.add_argument("--json", action="store_true", help="the result as JSON (stable keys, see docs/tune.md)")
     tune.add_argument("--plot", metavar="FILE.png", help="a Pareto chart, per-user against total output tokens/s "
@@ -257,21 +264,21 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from launcher.run import state
+    from launcher.observe import status
 
     if args.watch:
         if not args.profile or args.json:
             raise UsageError("status --watch: give one PROFILE and no --json (e.g. vllm-launch status qwen3 --watch)")
-        from launcher.run import watch
+        from launcher.observe import watch
 
         return watch.watch_command(args.profile)
-    return state.status_command(args.profile, as_json=args.json)
+    return status.status_command(args.profile, as_json=args.json)
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from launcher.run import state
+    from launcher.observe import down
 
-    return state.down_command(args.profile, timeout=args.timeout)
+    return down.down_command(args.profile, timeout=args.timeout)
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -294,7 +301,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     settings = Settings(users=args.users, turns=args.turns, context=args.context, shared_prefix=args.shared_prefix,
                         turn_tokens=args.turn_tokens, max_tokens=args.max_tokens, duration_s=args.duration,
-                        warmup=args.warmup, seed=args.seed, ignore_eos=args.ignore_eos)
+                        warmup=args.warmup, seed=args.seed, ignore_eos=args.ignore_eos, tools=args.tools)
     return bench_main(args.target, settings, model=args.model, as_json=args.json, plot_path=args.plot,
                       compare=args.compare)
 
@@ -331,7 +338,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             except ValueError as exc:
                 raise UsageError(f"--budget {args.budget}: {exc}") from None
         settings = Settings(context=args.context, shared_prefix=args.shared_prefix, turn_tokens=args.turn_tokens,
-                            max_tokens=args.max_tokens, seed=args.seed)
+                            max_tokens=args.max_tokens, seed=args.seed, tools=args.tools)
         request = Request(profile=args.profile, slo=slo.parse(args.slo), grids=tuple(args.grid),
                           workload=args.workload, settings=settings, budget_s=budget, rounds=args.rounds,
                           most_users=args.max_users, fresh=args.fresh, as_json=args.json, plot=args.plot,

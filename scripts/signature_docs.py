@@ -86,8 +86,10 @@ sampler_warmup), read from the traceback's frames, vLLM's "while processing meth
 | fp8_unsupported | FP8 KV cache (or FP8 kernels) on a GPU below compute capability 8.9 | kv-cache-dtype auto |
 | kv_insufficient | the KV cache cannot hold one max-model-len request | vLLM's estimate, down to min_model_len |
 | no_cache_blocks | no room at all for KV blocks (zero, negative memory) | a higher rung, else eager or a smaller batch |
-| engine_dead | the engine died (EngineDeadError, a dead worker, NCCL or CUDA fatal errors) | restart with backoff |
-| config | a setting that can never work (flag, parser, model, port, GPUs, architecture) | stop, exit 78 |
+| compile_cache | a failed compilation left a corrupted artifact in vLLM's torch.compile cache | move it aside once |
+| distributed_init | NCCL or torch.distributed could not form the group before READY | one retry, then 75 |
+| engine_dead | the engine died (EngineDeadError, a dead worker, NCCL once serving, CUDA) | restart with backoff |
+| config | a setting that can never work (flag, parser, model, port, GPUs, a missing package) | stop, exit 78 |
 | unknown | a failure none of the above explains | one retry, then exit 75 |
 
 ## Signatures

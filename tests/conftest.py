@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import structlog
+
+from tests.fakes.trickle import Trickle
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -32,3 +35,12 @@ def no_installed_vllm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+
+
+@pytest.fixture
+def trickles() -> Iterator[list[Trickle]]:
+    """Trickling loopback servers a test starts (tests/fakes/trickle.py), closed at its end."""
+    made: list[Trickle] = []
+    yield made
+    for server in made:
+        server.close()

@@ -2,7 +2,8 @@
 
 Straight to the server, never through a proxy (a proxy would receive the API key and skew the timing).
 A streamed chat is timed as `vllm bench serve` times it: TTFT at the first chunk with choices, an ITL for
-every later one, the end at the last token chunk, output tokens from the final usage chunk.
+every later one, the end at the last token chunk, output tokens from the final usage chunk (the stream's
+reading, its tool calls included, is launcher/bench/stream.py).
 
 Every reply is checked before it is used: a JSON answer of the wrong shape is a one-line error (exit 2),
 a stream chunk of the wrong shape or an impossible usage (negative, not a count, more tokens than asked)
@@ -23,30 +24,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.bench.stats import RequestResult
+from launcher.bench.stream import Answer, BadReply, count, read
 from launcher.errors import EXIT_CODES, Outcome
 from launcher.vllm import api
 
-Message = Mapping[str, str]
+Message = Mapping[str, Any]  # a chat message: role, content (None beside tool_calls), tool_calls, tool_call_id
+Tools = Sequence[Mapping[str, Any]] | None  # the request's `tools` (None: the key is left out)
+TOOLS_REFUSED = "tools_refused"  # the error kind of vLLM's 400 for tool_choice auto without a tool-call parser
 
 MAX_BODY = api.MAX_BODY_BYTES  # a JSON answer or /metrics page larger than this is not vLLM's
-MAX_STREAM = 8 * 2**20  # the bytes one streamed answer may send, at least (a token's chunk is ~250 B)
-STREAM_BYTES_PER_TOKEN = 4096  # and per output token asked for, beyond that
-MAX_COUNT = 10**9  # no tokenizer count or usage field is larger
-
-
-class BadReply(Exception):
-    """A streamed answer that breaks the protocol; `kind` is the failed request's error."""
-
-    def __init__(self, kind: str) -> None:
-        super().__init__(kind)
-        self.kind = kind
-
-
-def count(value: object) -> int | None:
-    """A token count as a server may send it: an int from 0 to MAX_COUNT (a bool is no count); else None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT else None
-
-
 class ServerError(Exception):
     """The server cannot be benchmarked as asked: the message names the cause and the fix. `settled`: a
     failure to start that the profile and its flags decided (the ladder tried every rung it allows), not one
@@ -142,11 +128,16 @@ class Server:
             return ""
         return body.decode(errors="replace") if status == 200 else ""
 
-    def count_tokens(self, model: str, messages: Sequence[Message] | None = None, text: str | None = None) -> int:
-        """Tokens as the server counts them (/tokenize); a chat counts with its template and generation prompt."""
+    def count_tokens(self, model: str, messages: Sequence[Message] | None = None, text: str | None = None,
+                     tools: Tools = None) -> int:
+        """Tokens as the server counts them (/tokenize); a chat counts with its template and generation prompt,
+        and its `tools` as the template renders them (vLLM 0.32's TokenizeChatRequest takes them; a template
+        that ignores tools counts none)."""
         body: dict[str, Any] = {"model": model}
         if messages is not None:
             body.update(messages=list(map(dict, messages)), add_generation_prompt=True)
+            if tools:
+                body["tools"] = list(map(dict, tools))
         else:
             body.update(prompt=text or "", add_special_tokens=False)
         status, data = self.call("POST", "/tokenize", body)
@@ -165,8 +156,11 @@ class Server:
         return tokens
 
     def chat(self, model: str, messages: Sequence[Message], *, max_tokens: int, ignore_eos: bool = False,
-             temperature: float = 0.0, deadline: float | None = None) -> tuple[RequestResult, str]:
+             temperature: float = 0.0, deadline: float | None = None, tools: Tools = None
+             ) -> tuple[RequestResult, Answer]:
         """One streamed chat completion, timed; never raises (a failure is a result with its error kind).
+        With `tools`, they go with `tool_choice: auto`, as an agent sends them; a server that refuses auto tool
+        choice fails the request as TOOLS_REFUSED.
         It ends by `deadline` (time.perf_counter) at the latest (error `deadline`), and by `timeout_s` after
         it started (error `timeout`), however the server keeps the stream going or trickles its headers, its
         chunk-size lines or an error body: the deadline bounds the whole exchange, not each read."""
@@ -174,6 +168,8 @@ class Server:
                                 "stream": True, "stream_options": {"include_usage": True}, "temperature": temperature}
         if ignore_eos:
             body["ignore_eos"] = True
+        if tools:
+            body.update(tools=list(map(dict, tools)), tool_choice="auto")
         conn: http.client.HTTPConnection | None = getattr(self._kept, "conn", None)
         self._kept.conn = None
         start = time.perf_counter()
@@ -181,7 +177,7 @@ class Server:
         late = "deadline" if deadline is not None and deadline < start + self.timeout_s else "timeout"
         try:
             if limit <= start:
-                return RequestResult(False, error=late), ""
+                return RequestResult(False, error=late), Answer()
             ends = time.monotonic() + (limit - start)  # the api's clock
             if conn is None or conn.sock is None:  # none kept, or the server ended the kept one (Connection: close)
                 conn = self._connection(ends)  # the connect and TLS handshake count against the request
@@ -189,23 +185,24 @@ class Server:
             conn.request("POST", "/v1/chat/completions", json.dumps(body).encode(), self._headers(True))
             response = conn.getresponse()
             if response.status != 200:
-                response.read(MAX_BODY)
+                error = response.read(MAX_BODY)
                 conn.close()
-                return RequestResult(False, error=f"http_{response.status}"), ""
-            result = _read_stream(response, reader, start, max_tokens)
+                refused = response.status == 400 and b"tool choice requires" in error
+                return RequestResult(False, error=TOOLS_REFUSED if refused else f"http_{response.status}"), Answer()
+            result = read(response, reader.read, start, max_tokens)
             # the rest of the body, so the connection can carry the user's next request; the answer stands
             with contextlib.suppress(OSError, http.client.HTTPException):
                 if reader.drained(response):
                     self._kept.conn = conn  # keep-alive per user thread, as an HTTP client session would
             return result
         except TimeoutError:
-            return RequestResult(False, error=late), ""
+            return RequestResult(False, error=late), Answer()
         except BadReply as exc:
-            return RequestResult(False, error=exc.kind), ""
+            return RequestResult(False, error=exc.kind), Answer()
         except (OSError, http.client.HTTPException):
-            return RequestResult(False, error="connection"), ""
+            return RequestResult(False, error="connection"), Answer()
         except (ValueError, KeyError, TypeError, IndexError, RecursionError):
-            return RequestResult(False, error="bad_stream"), ""
+            return RequestResult(False, error="bad_stream"), Answer()
         finally:
             if conn is not None and self._kept.conn is not conn:
                 conn.close()
@@ -235,85 +232,3 @@ class _Reader:
                 return True
             taken += len(data)
         return False
-
-
-def _read_stream(response: http.client.HTTPResponse, reader: _Reader, start: float, max_tokens: int
-                 ) -> tuple[RequestResult, str]:
-    """Server-sent events as they arrive: each read takes what the socket holds (never waiting for a full
-    buffer), and every message in it is stamped with the time it arrived. At most MAX_STREAM bytes (more
-    for a long answer) are read, and at most max_tokens chunks of choices beyond the role and the finish
-    chunk: each later chunk carries at least one token, so a stream with more lies (`too_many_tokens`)."""
-    budget = max(MAX_STREAM, max_tokens * STREAM_BYTES_PER_TOKEN)
-    most_chunks = max_tokens + 2
-    chunks = 0
-    received = 0
-    first = False
-    ttft = 0.0
-    last = start
-    gaps: list[float] = []
-    text: list[str] = []
-    usage: tuple[int, int, int | None] | None = None
-    pending = b""
-    finished = False
-    while not finished and (data := reader.read(response)):
-        now = time.perf_counter()
-        received += len(data)
-        if received > budget:
-            raise BadReply("too_large")
-        lines = (pending + data).split(b"\n")
-        pending = lines.pop()
-        for line in lines:
-            message = line.decode("utf-8", errors="replace").strip()
-            if not message.startswith("data:"):
-                continue  # blank separators, SSE comments (": ping")
-            chunk = message.removeprefix("data:").strip()
-            if chunk == "[DONE]":
-                finished = True
-                break
-            content, chunk_usage = _event(json.loads(chunk), max_tokens)
-            if content is not None:
-                chunks += 1
-                if chunks > most_chunks:
-                    raise BadReply("too_many_tokens")
-                if not first:
-                    first, ttft = True, now - start
-                else:
-                    gaps.append(now - last)
-                text.append(content)
-                last = now
-            usage = chunk_usage or usage
-    if not first:
-        return RequestResult(False, error="no_tokens"), ""
-    if usage is None:
-        return RequestResult(False, error="no_usage"), ""  # asked for with include_usage: tokens/s needs it
-    input_tokens, output_tokens, cached = usage
-    return RequestResult(True, ttft_s=ttft, latency_s=last - start, itl_s=tuple(gaps), input_tokens=input_tokens,
-                         output_tokens=output_tokens, cached_tokens=cached), "".join(text)
-
-
-def _event(event: object, max_tokens: int) -> tuple[str | None, tuple[int, int, int | None] | None]:
-    """(the content of a chunk with choices, else None; the usage it carries, else None), checked: a chunk
-    of the wrong shape is `bad_stream`, an impossible usage `bad_usage`."""
-    if not isinstance(event, dict):
-        raise BadReply("bad_stream")
-    content: str | None = None
-    if choices := event.get("choices"):
-        if not isinstance(choices, list) or not isinstance(choices[0], dict):
-            raise BadReply("bad_stream")
-        delta = choices[0].get("delta")
-        if not isinstance(delta, dict | None) or not isinstance(piece := (delta or {}).get("content"), str | None):
-            raise BadReply("bad_stream")
-        content = piece or ""
-    usage = event.get("usage")
-    if usage is None:
-        return content, None
-    if not isinstance(usage, dict):
-        raise BadReply("bad_stream")
-    prompt, completion = count(usage.get("prompt_tokens")), count(usage.get("completion_tokens"))
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    if prompt is None or completion is None or completion > max_tokens:
-        raise BadReply("bad_usage")
-    if cached is not None and (count(cached) is None or cached > prompt):
-        raise BadReply("bad_usage")
-    return content, (prompt, completion, cached)

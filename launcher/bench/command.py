@@ -77,7 +77,9 @@ def prove_served_by_us(profile: Profile, base_url: str, environ: Mapping[str, st
                           Outcome.CONFIG) from None
 
 
-def check_settings(settings: Settings, context: int, max_model_len: int | None) -> None:
+def check_settings(settings: Settings, context: int, max_model_len: int | None, tool_tokens: int = 0) -> None:
+    """Refuses what cannot run, in one line with the fix; `tool_tokens`: what the agent tools add to every
+    prompt, as the server counts them (runner.tool_tokens)."""
     if max_model_len is not None and context > max_model_len:
         raise ServerError(f"--context {context} is above the server's max-model-len {max_model_len}; "
                           f"pass --context {max_model_len} or less", Outcome.CONFIG)
@@ -86,6 +88,13 @@ def check_settings(settings: Settings, context: int, max_model_len: int | None) 
         raise ServerError(f"--shared-prefix {settings.shared_prefix} + --turn-tokens {settings.turn_tokens} + "
                           f"--max-tokens {settings.max_tokens} = {first} tokens do not fit --context {context}; "
                           "lower one of them", Outcome.USAGE)
+    if first + tool_tokens > context:
+        larger = "" if max_model_len is not None and first + tool_tokens > max_model_len else \
+            f" or --context {first + tool_tokens}"
+        raise ServerError(f"the agent tools ({tool_tokens} tokens as the server counts them) + --shared-prefix "
+                          f"{settings.shared_prefix} + --turn-tokens {settings.turn_tokens} + --max-tokens "
+                          f"{settings.max_tokens} = {first + tool_tokens} tokens do not fit --context {context}; "
+                          f"pass --tools none{larger}", Outcome.USAGE)
     if settings.users < 1 or settings.turns < 1 or settings.max_tokens < 1:
         raise ServerError("--users, --turns and --max-tokens must be at least 1", Outcome.USAGE)
 
@@ -114,7 +123,7 @@ def measure(target: Target, settings: Settings, model: str | None = None) -> tup
     server = Server(target.base_url, target.api_key, ca_file=target.ca_file)
     served = server.served(model or target.model)
     context = settings.context or served.max_model_len or 4096
-    check_settings(settings, context, served.max_model_len)
+    check_settings(settings, context, served.max_model_len, runner.tool_tokens(server, served.model, settings))
     settings = replace(settings, context=context)
     prepared = runner.prepare(server, served.model, settings, context)
     live = LiveLine(settings)

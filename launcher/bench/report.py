@@ -1,5 +1,6 @@
 """What `bench` prints: the `--json` document (stable keys, docs/commands.md documents them), the text table, the
-side-by-side of `--compare prefix-caching`, and the optional `--plot`."""
+side-by-side of `--compare prefix-caching`, and the optional `--plot`. Beside TTFT and TPOT: how many answers came
+back as parsed tool calls, and how many left a call as text in content (the agent's health on a real model)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ def document(run: Run, *, target: str, model: str, vllm_version: str | None, set
         "input_tokens": t.input_tokens, "output_tokens": t.output_tokens,
         "output_tokens_per_s": t.output_tokens_per_s, "output_tokens_per_s_per_user": t.output_tokens_per_s_per_user,
         "requests_per_s": t.requests_per_s,
+        "tool_calls": {"answers": t.completed, "parsed": t.answers_with_tool_calls,
+                       "as_text": t.answers_with_calls_as_text, "as_text_markup": t.calls_as_text_markup},
         "prefix_cache_hit_rate": run.counters.prefix_cache_hit_rate,
         "kv_cache_usage_max": run.counters.kv_cache_usage_max, "preemptions": run.counters.preemptions,
         "duration_s": t.duration_s, "interrupted": run.interrupted,
@@ -60,6 +63,7 @@ def _rows(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("requests", f"{requests['completed']} completed, {requests['failed']} failed" + (f" ({errors})" if errors else "")),
         ("TTFT ms (mean/p50/p95/p99)", _ms(doc["ttft_ms"])),
         ("TPOT ms", _ms(doc["tpot_ms"])),
+        ("answers with tool calls", _tool_calls(doc)),
         ("ITL ms", _ms(doc["itl_ms"])),
         ("E2EL ms", _ms(doc["e2el_ms"])),
         ("tokens in / out", f"{doc['input_tokens']:,} / {doc['output_tokens']:,}"),
@@ -72,11 +76,19 @@ def _rows(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def _tool_calls(doc: Mapping[str, Any]) -> str:
+    """Parsed and left-as-text calls of all answers: the agent's health beside the latencies."""
+    calls = doc["tool_calls"]
+    markup = ", ".join(calls["as_text_markup"])
+    line = f"{calls['parsed']}/{calls['answers']} parsed, {calls['as_text']} as text" + (f" ({markup})" if markup else "")
+    return line + (" (no tools sent)" if doc["settings"].get("tools") == "none" else "")
+
+
 def text(doc: Mapping[str, Any]) -> str:
     s = doc["settings"]
     head = (f"vllm-launch bench: {doc['model']} at {doc['target']} (vLLM {doc['vllm_version'] or '?'}): "
             f"{s['users']} users, shared prefix {s['shared_prefix']}, +{s['turn_tokens']} tokens a turn, "
-            f"max {s['max_tokens']} out, context {s['context']}")
+            f"max {s['max_tokens']} out, context {s['context']}, tools {s.get('tools', 'agent')}")
     rows = _rows(doc)
     width = max(len(k) for k, _ in rows)
     return "\n".join([head, *(f"  {k.ljust(width)}  {v}" for k, v in rows)])

@@ -1,5 +1,7 @@
 """The agent workload: N users, each a multi-turn chat that starts from one shared system prompt and resends
-its whole history every turn, growing by `turn_tokens` of new text up to `context`.
+its whole history every turn, growing by `turn_tokens` of new text up to `context`. Every request carries a
+coding agent's tool definitions (launcher/bench/agent_tools.py; `tools: none` leaves them out), and an answer
+that was a parsed tool call is followed by its result (a `tool` message) where a user turn would come.
 
 Texts are seeded word sequences sized with the server's own tokenizer, so a run is reproducible and every
 user's history differs after the shared prefix (what prefix caching can reuse is exactly that prefix and
@@ -11,6 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 # Plain words (a few tokens each in any tokenizer), so prompts are ordinary text.
 _WORD_TEXT = """
@@ -26,6 +29,7 @@ society tax director position player record paper space ground form event offici
 project activity star table need court oil situation cost industry figure street image phone data picture
 """
 WORDS = tuple(_WORD_TEXT.split())
+NO_OUTPUT = "(no output)"  # the result of a call beyond the first in one answer (the first carries the turn's text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,7 @@ class Settings:
     ignore_eos: bool = False
     temperature: float = 0.0
     conversation_turns: int | None = None  # a conversation starts over after this many turns (None: at --context)
+    tools: str = "agent"  # --tools: agent (launcher/bench/agent_tools.py's set, in every request) or none
 
 
 def words(rng: random.Random, count: int) -> str:
@@ -121,10 +126,23 @@ class Conversation:
     """One user's chat so far; `next_input_tokens` estimates the next prompt from the server's own counts."""
 
     user: int
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     turns_done: int = 0
     last_prompt_tokens: int = 0
     last_output_tokens: int = 0
+
+    def add_turn(self, text: str) -> int:
+        """The next turn's new text, as an agent sends it: after an answer that was a parsed tool call, the
+        call's result (a `tool` message for each call, the first carrying `text`); else a user turn. Returns
+        how many messages were appended (a failed request takes them back)."""
+        calls = self.messages[-1].get("tool_calls") if self.messages else None
+        if not calls:
+            self.messages.append({"role": "user", "content": text})
+            return 1
+        for number, call in enumerate(calls):
+            self.messages.append({"role": "tool", "tool_call_id": call["id"],
+                                  "content": text if number == 0 else NO_OUTPUT})
+        return len(calls)
 
     def next_input_tokens(self, turn_tokens: int, overhead: int) -> int:
         if not self.turns_done:

@@ -9,6 +9,7 @@ from typing import Any
 
 from launcher.config.keys import KeyReader
 from launcher.config.profile import (
+    DEFAULT_PORT,
     FlagValue,
     HealthPolicy,
     LadderBounds,
@@ -104,9 +105,9 @@ def _metrics(r: KeyReader, launcher: dict[str, Any], vllm: Mapping[str, FlagValu
                      "write metrics: {port: 9400} (served on 127.0.0.1) or "
                      "metrics: {textfile: /var/lib/node_exporter/vllm.prom}")
     highest = setting("metrics.port").bounds[1]
-    if port is not None and ((highest is not None and port > highest) or port == vllm.get("port", 8000)):
+    if port is not None and ((highest is not None and port > highest) or port == vllm.get("port", DEFAULT_PORT)):
         raise r.fail("launcher.metrics.port", f"{port} is not a free port of its own (vLLM serves on "
-                     f"{vllm.get('port', 8000)})", "pick another port, e.g. 9400")
+                     f"{vllm.get('port', DEFAULT_PORT)})", "pick another port, e.g. 9400")
     textfile = r.setting(data, "metrics.textfile")
     address = r.setting(data, "metrics.address")
     return MetricsSettings(port=port, address=address, textfile=_path(textfile))

@@ -25,6 +25,7 @@ KV_CACHE_DTYPES = frozenset({
     "int8_per_token_head", "fp8_per_token_head", "nvfp4", "int4_per_token_head", "nvfp4_4over6",
     "nvfp4_ds_mla", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit",
 })
+DEFAULT_PORT = 8000  # vLLM's own, when the profile sets no vllm.port
 FP8_KV_DTYPES = frozenset({"fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "fp8_per_token_head"})
 
 
@@ -187,7 +188,7 @@ class Profile(FlagViews):
 
     @property
     def port(self) -> int:
-        return int(self.vllm.get("port", 8000))  # type: ignore[arg-type]
+        return int(self.vllm.get("port", DEFAULT_PORT))  # type: ignore[arg-type]
 
     @property
     def served_model_name(self) -> str:

@@ -21,7 +21,7 @@ from launcher.plan import modelinfo
 from launcher.plan.modelinfo import ModelArch
 from launcher.units import GIB, MIB
 from launcher.vllm.command import Plan
-from launcher.vllm.versions import VersionSemantics
+from launcher.vllm.versions import DEFAULT_BLOCK_SIZE, VersionSemantics
 
 # KV dtypes whose size per element is not a whole byte count; estimates are flagged as approximate.
 _SUBBYTE_KV = {"int4_per_token_head": 0.5, "nvfp4": 0.5625, "nvfp4_4over6": 0.5625, "nvfp4_ds_mla": 0.5625,
@@ -110,7 +110,7 @@ class CapacityInputs:
     max_num_batched_tokens: int | None = None
     enable_chunked_prefill: bool | None = None  # None: vLLM's default for the version and context
     multimodal: bool = False
-    block_size: int = 16
+    block_size: int = DEFAULT_BLOCK_SIZE
     explicit_kv_bytes: int | None = None  # --kv-cache-memory-bytes, or VLLM_CPU_KVCACHE_SPACE on CPU
 
 
@@ -365,14 +365,14 @@ def capacity_inputs(profile: Profile, plan: Plan, gpu: GpuSpec, version: Version
     max_len = plan.max_model_len or arch.max_position_embeddings or 2048
     return CapacityInputs(
         arch=arch, weights_bytes=weights, weights_source=source, gpu=gpu, version=version,
-        utilization=plan.utilization or version.default_utilization, max_model_len=max_len,
+        utilization=version.utilization(plan.utilization), max_model_len=max_len,
         kv_cache_dtype=plan.kv_cache_dtype,
         tensor_parallel_size=plan.tensor_parallel_size, pipeline_parallel_size=plan.pipeline_parallel_size,
         enforce_eager=fl.get("enforce-eager") is True,
         max_num_seqs=fl.get("max-num-seqs") if isinstance(fl.get("max-num-seqs"), int) else None,  # type: ignore[arg-type]
         max_num_batched_tokens=fl.get("max-num-batched-tokens")  # type: ignore[arg-type]
         if isinstance(fl.get("max-num-batched-tokens"), int) else None,
-        block_size=int(fl.get("block-size", 16)),  # type: ignore[arg-type]
+        block_size=int(fl.get("block-size", DEFAULT_BLOCK_SIZE)),  # type: ignore[arg-type]
         explicit_kv_bytes=explicit_kv_bytes(profile, fl),
         enable_chunked_prefill=chunked if isinstance(chunked := fl.get("enable-chunked-prefill"), bool) else None,
         multimodal=any(k in files.config for k in ("vision_config", "audio_config")),

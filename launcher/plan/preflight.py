@@ -20,10 +20,11 @@ from launcher.plan.hostfacts import HostFacts
 from launcher.plan.ownership import LocalProcess
 from launcher.plan.problems import ERROR, WARNING, Findings, PreflightResult, gib
 from launcher.units import GIB
-from launcher.vllm.versions import VersionSemantics
+from launcher.vllm.versions import DEFAULT_BLOCK_SIZE, VersionSemantics
 
 # vLLM compares free memory with utilization × total after creating its own CUDA context
-# (0.3–0.5 GiB), which NVML's free figure does not yet include.
+# (0.3–0.5 GiB), which NVML's free figure does not yet include: every "does this utilization fit" keeps it
+# free (here, and the ladder's reading of vLLM's own free-memory figures).
 FREE_MARGIN = GIB // 2
 FP8_KV_MIN_CC = (8, 9)
 _SLOWDOWNS = {"hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
@@ -40,6 +41,12 @@ def fitting_utilization(device: GpuDevice) -> float:
     return max(0.0, math.floor((device.free_bytes - FREE_MARGIN) / total * 100) / 100)
 
 
+def lower_rung_that_fits(rungs: Sequence[float], current: float, fits: float | None) -> float | None:
+    """The highest of the ladder's rungs (highest first) below `current` and at most `fits` (None: any fits), or
+    None when there is none: where preflight starts and where the ladder goes after startup_memory."""
+    return next((r for r in rungs if r < current - 1e-9 and (fits is None or r <= fits)), None)
+
+
 def evaluate(profile: Profile, inventory: GpuInventory, *, host: HostFacts, capacity: CapacityPlan | None = None,
              version: VersionSemantics) -> PreflightResult:
     """Every check for launching `profile` on `inventory`. Pure: no I/O."""
@@ -54,7 +61,7 @@ def evaluate(profile: Profile, inventory: GpuInventory, *, host: HostFacts, capa
     _count_check(inventory, needed, _parallel_words(profile), out)
     devices = inventory.visible_devices[:needed]
     if devices:
-        base = profile.utilization or version.default_utilization
+        base = version.utilization(profile.utilization)
         _fp8_check(profile, devices, capacity, out)
         _free_memory_check(profile, devices, host, base, version, out)
         _foreign_check(devices, host, out)
@@ -200,9 +207,8 @@ def _free_memory_check(profile: Profile, devices: Sequence[GpuDevice], host: Hos
                 "CUDA out of memory or a smaller KV cache later",
                 f"lower gpu-memory-utilization to {fit:.2f} or free the memory: {_owner_fix(short, host)}")
         return
-    rungs = [r for r in profile.launcher.ladder.utilization_rungs if r <= fit and r < util]
-    if rungs:
-        rung = max(rungs)
+    rung = lower_rung_that_fits(profile.launcher.ladder.utilization_rungs, util, fit)
+    if rung is not None:
         out.overrides["gpu-memory-utilization"] = rung
         out.utilization = rung
         out.add(WARNING, "free_memory_low", f"{what}; at most {fit:.2f} fits, so the launch starts at rung {rung}",
@@ -276,7 +282,7 @@ def _capacity_check(profile: Profile, capacity: CapacityPlan | None, base: float
     per_token = capacity.kv_bytes_per_token * out.kv_factor
     tokens = kv_budget // per_token if changed and per_token else capacity.kv_tokens
     if tokens < capacity.max_model_len:
-        fit = tokens // 16 * 16
+        fit = tokens // DEFAULT_BLOCK_SIZE * DEFAULT_BLOCK_SIZE
         out.add(WARNING, "context_too_long",
                 f"one {capacity.max_model_len:,}-token request needs {gib(capacity.max_model_len * per_token)} of KV "
                 f"cache, only ~{tokens:,} tokens fit in {gib(kv_budget)}",

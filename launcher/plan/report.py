@@ -67,7 +67,7 @@ class PlanReport:
             "flag_list": f"{self.catalog.source} ({self.catalog.version})",
             "gpu": self.gpu.describe() if self.gpu else None,
             "gpu_count": self.gpu.count if self.gpu else None,
-            "utilization": self.plan.utilization or self.version.default_utilization,
+            "utilization": self.version.utilization(self.plan.utilization),
             "kv_cache_dtype": self.plan.kv_cache_dtype,
             "max_model_len": cap.max_model_len if cap else self.plan.max_model_len,
             "argv": list(self.plan.argv),

@@ -33,6 +33,7 @@ from launcher.run.agentprobe import AgentCheck
 from launcher.run.health import Probe
 from launcher.run.listener import NotOurServer
 from launcher.run.logpump import Mark, RotatingFile
+from launcher.run.oomkill import explain_oom, oom_kill_count
 from launcher.run.processes import remembered
 from launcher.run.readiness import capacity_gate
 from launcher.run.session import Attempt, Session, Stopped
@@ -79,6 +80,7 @@ def run(session: Session, overrides: Mapping[str, FlagValue | None]) -> tuple[En
     plan = command.build_plan(prof, overrides, vllm_bin=session.vllm.vllm_bin, catalog=session.vllm.catalog,
                               placement=session.config.placement)
     _wait_for_gpu_memory(session)
+    oom_before = oom_kill_count()  # the OOM killer leaves no line in vLLM's log: its cgroup counts the kills
     sink = RotatingFile(prof.launcher.log_file, prof.launcher.log_max_bytes,
                         prof.launcher.log_backups) if prof.launcher.log_file else None
     if not session.config.worker:
@@ -113,6 +115,7 @@ def run(session: Session, overrides: Mapping[str, FlagValue | None]) -> tuple[En
         record.outcome = "stopped"
         return verdict, None  # the daemon's shutdown stops the child (start-up grace) and reports its exit and leftovers
     report = session.stop_child(supervisor.FAILED_ATTEMPT_GRACE_S)
+    verdict = dataclasses.replace(verdict, diagnosis=explain_oom(verdict.diagnosis, oom_before, oom_kill_count()))
     record.outcome, record.cls, record.detail = verdict.kind, verdict.diagnosis.cls, verdict.detail
     d = verdict.diagnosis
     log.warning("attempt.failed", attempt=number, outcome=verdict.kind, failure=d.cls, reason=d.reason,

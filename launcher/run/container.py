@@ -26,6 +26,7 @@ from pathlib import Path
 
 import structlog
 
+from launcher.config.profile import DEFAULT_PORT
 from launcher.errors import EXIT_CODES, LauncherError, Outcome, UsageError
 from launcher.run.httpbounded import MAX_CONNECTIONS, READ_TIMEOUT_S, BoundedHandler, BoundedServer
 from launcher.run.retry import Backoff
@@ -35,7 +36,7 @@ log = structlog.get_logger("vllm_launch")
 REPEAT_S = 60.0  # how often a pod that stays up repeats why
 RETRY = Backoff(60.0, 900.0)  # between tries after a failure a later try may fix
 WORKSPACE = Path("/workspace")
-DEFAULT_ADDRESS = ("0.0.0.0", 8000)  # noqa: S104 - the address vLLM itself would have served
+DEFAULT_ADDRESS = ("0.0.0.0", DEFAULT_PORT)  # noqa: S104 - the address vLLM itself would have served
 
 
 def enabled(environ: Mapping[str, str], flag: bool) -> bool:

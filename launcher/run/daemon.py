@@ -39,10 +39,11 @@ from launcher.run import (
     state,
     supervisor,
 )
+from launcher.run.locks import held_locks
 from launcher.run.session import Installed, RunConfig, Session, Stopped, describe_overrides
 from launcher.run.supervisor import EndKind
 from launcher.runstate import Decision, Phase
-from launcher.statedir import ensure_state_dirs, ensure_writable_dir
+from launcher.statedir import ensure_state_dirs, ensure_writable_dir, read_json, state_root
 
 log = structlog.get_logger("vllm_launch")
 
@@ -101,7 +102,7 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
         reload: threading.Event | None = None, sets: tuple[str, ...] = ()) -> int:
     """Hold the profile's locks and state for the whole run; every way out stops the child."""
     environ = dict(os.environ)
-    root = state.state_root(environ)
+    root = state_root(environ)
     directory = ensure_state_dirs(root, profile.name)
     if profile.launcher.log_file is not None:
         ensure_writable_dir(profile.launcher.log_file.parent, "launcher.log_file's directory",
@@ -112,10 +113,10 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
                           f"the Ray cluster instead (`ray start --address={where.master_addr}:6379`)")
     # The earlier run's record (its processes, to be stopped): one that cannot be read is ignored, not a crash
     # before the lock that a service manager would restart forever.
-    previous = state.read_json(directory / "state.json", lambda exc: log.warning(
+    previous = read_json(directory / "state.json", lambda exc: log.warning(
         "state.unreadable", error=str(exc), action="ignored: processes the earlier run left are not known"))
     replayed, env_keys = without_env_values(sets)
-    with state.held_locks(directory, profile.name, None if where and not where.head else profile.port, root):
+    with held_locks(directory, profile.name, None if where and not where.head else profile.port, root):
         store = state.StateStore(directory)
         exporter = _start_metrics(profile, store)
         store.update(profile=profile.name, source=profile.source, profile_digest=profile.digest, pid=os.getpid(),

@@ -8,16 +8,20 @@ decides *when* the next attempt starts; this module decides *what* it changes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from launcher.config.profile import FP8_KV_DTYPES, FlagValue, Profile, parse_max_model_len
 from launcher.errors import ConfigError, LadderExhausted
+from launcher.plan.preflight import FREE_MARGIN, lower_rung_that_fits
+from launcher.units import GIB
 from launcher.vllm.command import Overrides, effective_flags
-from launcher.vllm.diagnose import DEFAULT_BLOCK_SIZE, Diagnosis
+from launcher.vllm.diagnose import Diagnosis
 from launcher.vllm.signatures import (
+    COMPILE_CACHE,
     CONFIG,
+    DISTRIBUTED_INIT,
     ENGINE_DEAD,
     FP8_UNSUPPORTED,
     KV_INSUFFICIENT,
@@ -26,15 +30,19 @@ from launcher.vllm.signatures import (
     STARTUP_MEMORY,
     UNKNOWN,
 )
-from launcher.vllm.versions import VersionSemantics
+from launcher.vllm.versions import DEFAULT_BLOCK_SIZE, VersionSemantics
 
-# Memory the next utilization leaves free for the driver and other allocations on the device.
-FREE_MARGIN_GIB = 0.5
+# startup_memory's reason when the kernel's OOM killer ended the start-up (launcher/run/oomkill.py): host RAM.
+HOST_OOM = "host_oom_killer"
 # The smallest max-num-batched-tokens the no_cache_blocks rung shrinks the profiling batch to.
 SMALL_BATCH_TOKENS = 1024
 # Every flag a rung (or the GPU preflight) changes: what a last-known-good record may hold, and nothing else.
 TUNED_FLAGS = frozenset({"gpu-memory-utilization", "kv-cache-dtype", "max-model-len", "enforce-eager",
                          "max-num-batched-tokens"})
+# Steps a run takes at most once (`Step.once`; the daemon keeps the ones taken): a second failure of the same
+# class after it stops with 75 and says why. The first is also an action the daemon carries out before the relaunch.
+MOVE_COMPILE_CACHE = "move_compile_cache"  # launcher/run/compilecache.py
+RETRY_DISTRIBUTED = "retry_distributed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +52,7 @@ class Step:
     overrides: Mapping[str, FlagValue | None]
     change: str
     reason: str
+    once: str | None = None  # a step a run takes at most once (MOVE_COMPILE_CACHE, RETRY_DISTRIBUTED)
 
 
 class Stop(ConfigError):
@@ -64,15 +73,59 @@ def round_to_block(tokens: int, block: int) -> int:
 
 
 def next_step(profile: Profile, overrides: Overrides, diagnosis: Diagnosis, *, version: VersionSemantics,
-              free_fraction: float | None = None, tried: Sequence[Mapping[str, FlagValue | None]] = ()) -> Step:
-    """The change that answers `diagnosis`, or Stop/Exhausted with the arithmetic and the options."""
+              free_fraction: float | None = None, tried: Sequence[Mapping[str, FlagValue | None]] = (),
+              done: Collection[str] = ()) -> Step:
+    """The change that answers `diagnosis`, or Stop/Exhausted with the arithmetic and the options. `done`: the
+    once-per-run steps (`Step.once`) this run has already taken."""
     flags = effective_flags(profile, overrides)
     handler = _HANDLERS.get(diagnosis.cls, _retry_same)
     step = handler(profile, dict(overrides), flags, diagnosis, version, free_fraction)
+    if step.once is not None:
+        if step.once in done:
+            raise Exhausted(_AGAIN[step.once](diagnosis))
+        return step  # its change is the action, not the flags: the flags may well have been tried before
     # A death, an unknown failure or a stall with a clean log (ok) is retried as it is, up to max_attempts.
     if diagnosis.cls not in (ENGINE_DEAD, UNKNOWN, OK) and any(dict(step.overrides) == dict(t) for t in tried):
         raise Exhausted(f"{diagnosis.cls}: the next change ({step.change}) was already tried and failed")
     return step
+
+
+def _compile_cache(profile: Profile, overrides: dict[str, FlagValue | None], flags: Mapping[str, FlagValue],
+                   d: Diagnosis, version: VersionSemantics, free_fraction: float | None) -> Step:
+    return Step(MappingProxyType(overrides), "torch.compile cache moved aside",
+                "compile_cache: an earlier compilation left a corrupted artifact in vLLM's torch.compile cache; the "
+                "cache is moved aside (never deleted) once and vLLM compiles afresh", once=MOVE_COMPILE_CACHE)
+
+
+def _compile_cache_again(d: Diagnosis) -> str:
+    return ("compile_cache again after vLLM's torch.compile cache was moved aside: no stale artifact is the cause, "
+            "the real error stands earlier in vLLM's log (TORCHINDUCTOR_FORCE_DISABLE_CACHES, a compiler bug, "
+            "another vLLM compiling into the same cache); start without the cache (env: VLLM_DISABLE_COMPILE_CACHE: "
+            "'1') or without compiling (vllm.enforce-eager: true)")
+
+
+def _distributed_init(profile: Profile, overrides: dict[str, FlagValue | None], flags: Mapping[str, FlagValue],
+                      d: Diagnosis, version: VersionSemantics, free_fraction: float | None) -> Step:
+    return Step(MappingProxyType(overrides), "same flags",
+                f"distributed_init: {d.root_cause or 'the process group did not form'}; retrying once (a peer that "
+                "was not up yet, a port still held)", once=RETRY_DISTRIBUTED)
+
+
+def distributed_message(d: Diagnosis) -> str:
+    """The fix for a group that could not form: the network, the master's address, the same vLLM everywhere."""
+    return (f"NCCL/torch.distributed could not form the group before READY ({d.root_cause}); check that NCCL and "
+            "gloo use the interface the nodes share (env: NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME; NCCL_DEBUG: INFO "
+            "says which), that every rank reaches the master address and port (the head's IP, MASTER_ADDR/"
+            "MASTER_PORT or data-parallel-address/-rpc-port, firewalls), and that every node runs the same vLLM, "
+            "torch and NCCL")
+
+
+def _distributed_again(d: Diagnosis) -> str:
+    return f"distributed_init again after one retry: {distributed_message(d)}"
+
+
+_AGAIN: dict[str, Callable[[Diagnosis], str]] = {MOVE_COMPILE_CACHE: _compile_cache_again,
+                                                  RETRY_DISTRIBUTED: _distributed_again}
 
 
 def _config(profile: Profile, overrides: dict[str, FlagValue | None], flags: Mapping[str, FlagValue],
@@ -117,6 +170,10 @@ def config_message(d: Diagnosis) -> str:
     if d.reason == "unsupported_model":
         return (f"this vLLM cannot run the model's architecture ({d.root_cause}); upgrade vLLM (a newer release, or "
                 "transformers for a new model type) or serve a supported model")
+    if d.reason == "missing_dependency":
+        package = n.get("package") or "the package it names"
+        return (f"the model needs the Python package {package}, which vLLM's environment lacks ({d.root_cause}); "
+                f"install it where vLLM runs (the venv or image of launcher.vllm_bin): pip install {package}")
     if d.reason == "not_enough_gpus":
         return (f"tensor × pipeline parallel size {n.get('world_size')} needs more GPUs than the {n.get('gpus')} "
                 "visible; lower tensor-parallel-size or expose more GPUs (CUDA_VISIBLE_DEVICES)")
@@ -126,20 +183,24 @@ def config_message(d: Diagnosis) -> str:
 def _startup_memory(profile: Profile, overrides: dict[str, FlagValue | None], flags: Mapping[str, FlagValue],
                     d: Diagnosis, version: VersionSemantics, free_fraction: float | None) -> Step:
     current = _utilization(flags, version)
+    if d.reason == HOST_OOM and profile.launcher.device != "cpu":
+        # GPU memory is not what ran out: a lower gpu-memory-utilization leaves host memory as it was.
+        raise Exhausted(f"startup_memory: {d.root_cause}; a lower gpu-memory-utilization does not shrink host memory. "
+                        "Free host RAM (other processes, a second vLLM), raise the memory limit of vLLM's cgroup "
+                        "(systemd MemoryMax, the container's memory limit), or lower what vLLM keeps in host RAM "
+                        "(vllm.swap-space, vllm.cpu-offload-gb, fewer api-server processes)")
     rungs = profile.launcher.ladder.utilization_rungs
     fits = _fitting_utilization(d, free_fraction)
-    lower = [r for r in rungs if r < current - 1e-9]
-    usable = [r for r in lower if fits is None or r <= fits]
+    nxt = lower_rung_that_fits(rungs, current, fits)
     if d.reason == "memory_changed" and current in rungs:
         return Step(MappingProxyType(overrides), "same flags",
                     "startup_memory: memory use changed while vLLM profiled it; retrying once memory settles")
-    if not usable:
+    if nxt is None:
         why = (f"a utilization of at most {fits:.2f} fits the free memory ({_free_text(d)})" if fits is not None
                else "vLLM could not get the memory it asked for")
         allowed = f"the profile's rungs are {list(rungs)}" if rungs else "the profile allows no other utilization"
         raise Exhausted(f"startup_memory at gpu-memory-utilization {current}: {why}; {allowed}. Free the device "
                         "(see `vllm-launch preflight`) or add a lower rung to launcher.ladder.gpu_memory_utilization")
-    nxt = usable[0]
     overrides["gpu-memory-utilization"] = nxt
     return Step(MappingProxyType(overrides), f"gpu-memory-utilization {current} → {nxt}",
                 f"startup_memory: {_free_text(d) or d.root_cause}")
@@ -148,7 +209,7 @@ def _startup_memory(profile: Profile, overrides: dict[str, FlagValue | None], fl
 def _fitting_utilization(d: Diagnosis, free_fraction: float | None) -> float | None:
     free, total = d.numbers.get("free_gib"), d.numbers.get("total_gib")
     if isinstance(free, float) and isinstance(total, float) and total > 0:
-        return max(0.0, (free - FREE_MARGIN_GIB) / total)
+        return max(0.0, (free - FREE_MARGIN / GIB) / total)
     return free_fraction
 
 
@@ -246,11 +307,13 @@ def _retry_same(profile: Profile, overrides: dict[str, FlagValue | None], flags:
 
 def _utilization(flags: Mapping[str, FlagValue], version: VersionSemantics) -> float:
     value = flags.get("gpu-memory-utilization")
-    return float(value) if isinstance(value, int | float) else version.default_utilization
+    return version.utilization(float(value) if isinstance(value, int | float) else None)
 
 
 _HANDLERS = {
     CONFIG: _config,
+    COMPILE_CACHE: _compile_cache,
+    DISTRIBUTED_INIT: _distributed_init,
     STARTUP_MEMORY: _startup_memory,
     FP8_UNSUPPORTED: _fp8_unsupported,
     KV_INSUFFICIENT: _kv_insufficient,
@@ -281,6 +344,9 @@ def _generic_remedy(d: Diagnosis) -> str:
     n = d.numbers
     if d.cls == CONFIG:
         return f"stop (exit 78), never retried: {config_message(d)}"
+    if d.cls == STARTUP_MEMORY and d.reason == HOST_OOM:
+        return ("the kernel's OOM killer ended it (host RAM, not GPU memory): stop with exit 75 naming the fix (free host "
+                "RAM, raise the cgroup's memory limit); on the CPU backend, the next lower utilization rung")
     if d.cls == STARTUP_MEMORY:
         fits = _fitting_utilization(d, None)
         extra = f"; a utilization of at most {fits:.2f} fits what was free" if fits is not None else ""
@@ -294,6 +360,11 @@ def _generic_remedy(d: Diagnosis) -> str:
             return (f"max-model-len → {round_to_block(est, DEFAULT_BLOCK_SIZE)} (vLLM's estimate rounded down to the "
                     "block size), if launcher.ladder.min_model_len allows it; else stop (exit 78)")
         return "a shorter max-model-len, fp8 KV cache, a higher utilization or more GPUs"
+    if d.cls == COMPILE_CACHE:
+        return ("move vLLM's torch.compile cache aside to <dir>.corrupt-<time> (never deleted) and start again, once "
+                "per run; if it fails the same way, stop with exit 75")
+    if d.cls == DISTRIBUTED_INIT:
+        return f"retry the same flags once; if the group fails to form again, stop with exit 75: {distributed_message(d)}"
     if d.cls == NO_CACHE_BLOCKS:
         return ("never a lower utilization: a higher rung if the GPU has free memory, else enforce-eager (vLLM ≥ 0.20) "
                 f"or max-num-batched-tokens {SMALL_BATCH_TOKENS}; else stop (exit 78)")

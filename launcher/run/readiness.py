@@ -8,9 +8,10 @@ from launcher.run.supervisor import Ending, EndKind
 from launcher.vllm.command import Plan
 from launcher.vllm.diagnose import Diagnosis
 from launcher.vllm.signatures import KV_INSUFFICIENT
+from launcher.vllm.versions import DEFAULT_BLOCK_SIZE
 
 
-def capacity_gate(require: Requirements, outcome: Ending, plan: Plan, block_size: int = 16) -> Ending | None:
+def capacity_gate(require: Requirements, outcome: Ending, plan: Plan, block_size: int = DEFAULT_BLOCK_SIZE) -> Ending | None:
     """READY only when the capacity the log reports meets launcher.require (and an `auto` context leaves
     the block vLLM keeps back); else the failed outcome."""
     numbers = dict(outcome.diagnosis.numbers)

@@ -19,6 +19,7 @@ from launcher.errors import LadderExhausted
 from launcher.gpu.match import match_gpu
 from launcher.plan import calibration
 from launcher.run import attempt, ladder, logs, state, supervisor
+from launcher.run.compilecache import cache_dir, move_compile_cache
 from launcher.run.readiness import unchecked_requirement
 from launcher.run.retry import Backoff
 from launcher.run.session import Ready, Session, Stopped
@@ -74,8 +75,13 @@ def start(session: Session, overrides: dict[str, FlagValue | None], *, run_attem
                     return _ready(session, child, child.plan, outcome, overrides)
                 if outcome.kind is EndKind.STOPPED:
                     raise Stopped
+                once = list(session.store.data.get("ladder_once") or [])  # once-per-run steps taken (state)
                 step = ladder.next_step(prof, overrides, outcome.diagnosis, version=session.vllm.semantics,
-                                        free_fraction=session.free_fraction(), tried=tried)
+                                        free_fraction=session.free_fraction(), tried=tried, done=once)
+                if step.once is not None:
+                    session.store.update(ladder_once=[*once, step.once])
+                if step.once == ladder.MOVE_COMPILE_CACHE:
+                    move_compile_cache(cache_dir({**session.environ, **prof.env}), outcome.attempt, session.store.update)
                 tried.append(dict(overrides))
                 session.same_flags_retries = (session.same_flags_retries + 1
                                               if dict(step.overrides) == overrides else 0)
@@ -145,7 +151,7 @@ def _record_calibration(session: Session, plan: command.Plan, numbers: Mapping[s
     record = calibration.measured(
         numbers, record_key=calibration.key(table.name if table else name, count, version.version,
                                              session.profile.model, plan.flags),
-        vllm_version=version.version, utilization=plan.utilization or version.default_utilization,
+        vllm_version=version.version, utilization=version.utilization(plan.utilization),
         max_model_len=int(length or 0), source="start-up", driver=driver)
     if record is None:
         return

@@ -42,6 +42,7 @@ from launcher.run.processes import (
 )
 from launcher.vllm.command import CHILD_ENV, Plan, exec_problem
 from launcher.vllm.diagnose import Diagnoser, Diagnosis
+from launcher.vllm.versions import DEFAULT_BLOCK_SIZE
 
 log = structlog.get_logger("vllm_launch")
 
@@ -171,7 +172,7 @@ def child_environment(plan: Plan, secrets: Mapping[str, str], environ: Mapping[s
 
 def spawn(plan: Plan, *, attempt: int, secrets: Mapping[str, str], sink: RotatingFile | None, echo: bool = True,
           environ: Mapping[str, str] | None = None, popen: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen,
-          block_size: int = 16) -> Child:
+          block_size: int = DEFAULT_BLOCK_SIZE) -> Child:
     """Start `vllm serve` in its own session with stdout and stderr merged into one pipe. What cannot be exec'd
     is one line: ConfigError for what the profile or the binary decides, TransientFailure for the rest."""
     problem = exec_problem(plan, secrets)

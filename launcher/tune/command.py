@@ -22,6 +22,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from launcher.bench import agent_tools
 from launcher.bench.command import resolve_target
 from launcher.bench.report import plotting_available, to_json
 from launcher.bench.workload import Settings
@@ -60,11 +61,19 @@ class Request:
 
 
 def workload_settings(name: str, settings: Settings) -> Settings:
-    """agent: bench's multi-turn chats over one shared system prompt. random: one-turn prompts that share
-    nothing (no system prompt), the shape of `vllm bench serve --dataset-name random`."""
+    """agent: bench's multi-turn chats over one shared system prompt, with the agent tools in every request
+    unless --tools none. random: one-turn prompts that share nothing (no system prompt, no tools), the shape
+    of `vllm bench serve --dataset-name random`."""
     if name == "agent":
         return replace(settings, ignore_eos=True)
-    return replace(settings, shared_prefix=0, conversation_turns=1, ignore_eos=True)
+    return replace(settings, shared_prefix=0, conversation_turns=1, ignore_eos=True, tools="none")
+
+
+def workload_key_of(request: Request, settings: Settings) -> dict[str, Any]:
+    """What a cached level's workload is: bench's settings (--tools among them), the tool set itself (another
+    set is another workload), the rounds and the most users."""
+    return {**asdict(settings), "workload": request.workload, "rounds": request.rounds,
+            "most_users": request.most_users, "tool_set": agent_tools.DIGEST if settings.tools != "none" else None}
 
 
 def tune(request: Request, environ: Mapping[str, str] | None = None) -> int:
@@ -85,7 +94,8 @@ def tune(request: Request, environ: Mapping[str, str] | None = None) -> int:
         return run_plan(PlanRequest(request.profile, sets=sets, gpu_inventory=request.gpu_inventory), environ)
 
     base = plan_for(())
-    shared_prefix = request.workload == "agent" and request.settings.shared_prefix > 0
+    shared_prefix = request.workload == "agent" and (request.settings.shared_prefix > 0
+                                                     or request.settings.tools != "none")  # the tools are one
     grid = grid_.parse_grid(request.grids, base.catalog) if request.grids else \
         grid_.default_grid(profile, base, shared_prefix=shared_prefix)
     everyone = grid_.expand(grid, baseline=grid_.baseline_values(base))
@@ -98,8 +108,7 @@ def tune(request: Request, environ: Mapping[str, str] | None = None) -> int:
                 deadline=None if request.budget_s is None else started + request.budget_s, environ=environ)
     store = Store.private(directory / "tune")
     profile_bytes = text.encode()
-    workload_key = {**asdict(settings), "workload": request.workload, "rounds": request.rounds,
-                    "most_users": request.most_users}
+    workload_key = workload_key_of(request, settings)
     progress = Progress(len(ordered), enabled=not request.as_json and sys.stderr.isatty())
     results: list[tuple[Measured, dict[tuple[int, int], Level]]] = []
     interrupted = False

@@ -177,7 +177,8 @@ class CandidateRun:
         served = client.served(self.plan.target.model)
         self.model = served.model
         self.context = self.plan.workload.context or served.max_model_len or 4096
-        check_settings(replace(self.plan.workload, users=1), self.context, served.max_model_len)
+        check_settings(replace(self.plan.workload, users=1), self.context, served.max_model_len,
+                       runner.tool_tokens(client, served.model, self.plan.workload))
         self.maker = TextMaker(lambda text: client.count_tokens(served.model, text=text))
         self.run_workload(replace(warmup_settings(self.plan), context=self.context))
 

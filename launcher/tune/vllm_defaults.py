@@ -97,4 +97,4 @@ def effective(report: PlanReport) -> Effective:
             max_num_batched_tokens = min(max_num_seqs * context, max_num_batched_tokens)
     return Effective(max_num_seqs, max_num_batched_tokens, report.plan.kv_cache_dtype,
                      prefix_caching(flags, report.version), chunked_prefill(flags, report.version),
-                     report.plan.utilization or report.version.default_utilization)
+                     report.version.utilization(report.plan.utilization))

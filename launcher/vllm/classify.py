@@ -30,7 +30,8 @@ _OUTER = re.compile(
     r"(?:\[?\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?\]?\s+)?"  # docker logs -t, ISO, [bracketed]
     r"(?:\|\s(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \| \w+ \| )?"  # FastChat's logger: `| ERROR | stderr | `
     r"(?:\[rank\d+\]:\s?)?"  # torch.distributed
-    r"(?:\((?P<proc>[^)]{0,80}?) pid=(?P<pid>\d+)\)\s+)*"  # vLLM process prefix (two when workers' lines interleave)
+    r"(?:\((?P<proc>[^)]{0,80}?) pid=(?P<pid>\d+)(?:, ip=[\w.:-]{1,64})?\)\s+)*"  # vLLM's process prefix (two when
+    # workers' lines interleave; Ray adds the node's address: `(RayWorkerWrapper pid=13269, ip=192.168.23.9)`)
     r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)(?: (?:\d\d-\d\d(?: \d\d:\d\d:\d\d(?:[.,]\d+)?)?|\d+))? "
     r"\[?[^\]\s]+:\d+\] ?"  # `ERROR 05-12 10:00:00 [file.py:12]`, `ERROR 56542 [file.py:12]`, `ERROR [file.py:12]`
     r"|(?P<ulevel>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+)?"  # vLLM logger or uvicorn
@@ -53,7 +54,8 @@ _TROUBLE = ("rror", "RROR", "RITICAL", "xception", "failed", "unexpectedly", "fa
 _FAILURE_GATE = re.compile(
     r"KV cache memory: -|KV Cache is -|# \w+ blocks: 0,|GPU blocks: 0,|The model's max seq len|To serve at least"
     r"|Cannot access gated|Access to model|Free memory on device|CUDA out of memory|HIP out of memory"
-    r"|Engine iteration timed out|MQLLMEngine is already dead|Engine process \(pid|Worker proc|Engine core proc")
+    r"|Engine iteration timed out|MQLLMEngine is already dead|Engine process \(pid|Worker proc|Engine core proc"
+    r"|library but it was not found")
 _QUIET_GATE = re.compile(
     r"KV |Maximum concurrency|# |GPU blocks|Model loading|Loading|LLM engine|API server version|vLLM server version"
     r"|\u2588|Starting|Memory profiling|Capturing|Graph capturing|Warming|Compil|Download|Fetching"

@@ -14,7 +14,7 @@ from types import MappingProxyType
 
 from launcher.config.flags import FlagCatalog
 from launcher.config.nodes import Placement
-from launcher.config.profile import FlagValue, FlagViews, Profile
+from launcher.config.profile import DEFAULT_PORT, FlagValue, FlagViews, Profile
 from launcher.config.spawnable import word_problem
 
 Overrides = Mapping[str, FlagValue | None]  # flag → new value; None removes the flag
@@ -111,7 +111,7 @@ def base_url(flags: Mapping[str, FlagValue], head: str | None = None) -> str:
     """Where the launcher reaches vLLM: a wildcard bind is reached over loopback; a worker rank, its head.
     https when vLLM serves TLS (ssl-certfile): every probe, /metrics read and benchmark speaks it too."""
     host = head or str(flags.get("host") or "127.0.0.1")
-    port = int(flags.get("port", 8000))  # type: ignore[arg-type]
+    port = int(flags.get("port", DEFAULT_PORT))  # type: ignore[arg-type]
     if host in ("0.0.0.0", ""):  # noqa: S104 - reading the bind address, not binding
         host = "127.0.0.1"
     elif host in ("::", "[::]"):

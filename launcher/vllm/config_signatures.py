@@ -6,7 +6,22 @@ KV-cache and the engine-death signatures; the first that matches a line wins.
 
 from __future__ import annotations
 
+from typing import Any
+
 from launcher.vllm.signature_kit import CONFIG, Signature, _int, _numbers, _sig, _tool_parser, _world
+
+# Modules whose pip package has another name (the rest install under their own, lower-cased).
+_PIP_NAMES = {"cv2": "opencv-python-headless", "PIL": "pillow", "sklearn": "scikit-learn", "yaml": "pyyaml",
+              "google": "protobuf", "attr": "attrs", "bs4": "beautifulsoup4", "flash_attn": "flash-attn",
+              "sentencepiece": "sentencepiece", "SentencePiece": "sentencepiece"}
+
+
+def _package(groups: dict[str, str | None]) -> dict[str, Any]:
+    """The pip package a missing module or library comes from: `torchvision.transforms` → torchvision."""
+    names = [name.strip() for name in (groups.get("packages") or groups.get("module") or "").split(",") if name.strip()]
+    packages = [_PIP_NAMES.get(name.split(".")[0], name.split(".")[0].lower()) for name in names]
+    return {"package": " ".join(dict.fromkeys(packages))} if packages else {}
+
 
 CONFIG_SIGNATURES: tuple[Signature, ...] = (
     # ---- configuration: never retried
@@ -166,5 +181,15 @@ CONFIG_SIGNATURES: tuple[Signature, ...] = (
          "bad_argument", "specific"),
     _sig("failure", "Error: --", r"^\s*(?:\w+: )?'?Error: --[\w-]+ (?:requires|must be|has unknown)", CONFIG,
          "bad_argument", "specific"),
+    # ---- a Python package the model (its processor, tokenizer or remote code) imports is not installed. A
+    # traceback ends in it; vLLM's own modules (a broken build: vllm._C) are not a dependency of the model.
+    _sig("failure", "No module named", r"^\s*(?:[\w.]+\.)?ModuleNotFoundError: No module named "
+         r"'(?P<module>(?!vllm\b)[\w.]{1,128})'", CONFIG, "missing_dependency", "specific", _package),
+    _sig("failure", "packages that were not found in your environment", r"requires the following packages that were "
+         r"not found in your environment: (?P<packages>[\w., -]{1,256}?)\. Run `pip install", CONFIG,
+         "missing_dependency", "specific", _package),
+    _sig("failure", "library but it was not found in your environment", r"^\s*(?:ImportError: )?\w{1,128} requires the "
+         r"(?P<module>[\w.-]{1,128}) library but it was not found in your environment", CONFIG, "missing_dependency",
+         "specific", _package),
     _sig("failure", "No model specified", r"No model (?:specified|_tag specified)", CONFIG, "bad_argument", "specific"),
 )

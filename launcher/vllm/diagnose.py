@@ -15,6 +15,7 @@ Confirmation changes *whether* the launcher acts, never *what* it does: the clas
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -23,9 +24,18 @@ from types import MappingProxyType
 from typing import Any
 
 from launcher.vllm.classify import classify, normalize
-from launcher.vllm.signatures import CONFIG, ENGINE_DEAD, KV_INSUFFICIENT, OK, STARTUP_MEMORY, UNKNOWN, FailureClass, LogEvent
-
-DEFAULT_BLOCK_SIZE = 16
+from launcher.vllm.signatures import (
+    CONFIG,
+    DISTRIBUTED_INIT,
+    ENGINE_DEAD,
+    KV_INSUFFICIENT,
+    OK,
+    STARTUP_MEMORY,
+    UNKNOWN,
+    FailureClass,
+    LogEvent,
+)
+from launcher.vllm.versions import DEFAULT_BLOCK_SIZE
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +67,7 @@ REPORTED_NUMBERS = (
     "model_loading_gib", "free_gib", "total_gib", "requested_gib", "utilization", "needed_gib", "max_model_len",
     "derived_max_model_len", "vllm_version", "valid_tool_parsers", "tool_parser", "kv_cache_memory_fit",
     "kv_cache_memory_full", "gpu_blocks", "kv_tokens_from_blocks", "estimate_derived_by_launcher", "world_size",
-    "gpus", "tried", "arguments", "argument", "weights_gib", "activation_gib", "non_torch_gib", "cudagraph_gib",
+    "gpus", "tried", "arguments", "argument", "package", "weights_gib", "activation_gib", "non_torch_gib", "cudagraph_gib",
 )
 # Numbers that describe the server's capacity. With TP/PP every rank prints its own line and the
 # engine uses the smallest, so these keep the minimum; a new start in the same log starts afresh.
@@ -249,6 +259,9 @@ class Diagnoser:
                 self.numbers[key] = value
 
     def _failure(self, event: LogEvent) -> None:
+        if event.failure == DISTRIBUTED_INIT and self.completed:
+            # The group formed long ago: NCCL failing under a serving engine is that engine's death.
+            event = dataclasses.replace(event, failure=ENGINE_DEAD)
         if event.failure == ENGINE_DEAD and self.shutting_down:
             return
         ends_traceback = self._ends_traceback(event)

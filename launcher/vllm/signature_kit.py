@@ -21,6 +21,8 @@ class FailureClass(enum.StrEnum):
     FP8_UNSUPPORTED = "fp8_unsupported"
     KV_INSUFFICIENT = "kv_insufficient"
     NO_CACHE_BLOCKS = "no_cache_blocks"
+    COMPILE_CACHE = "compile_cache"  # a corrupted torch.compile artifact from an earlier start
+    DISTRIBUTED_INIT = "distributed_init"  # NCCL or torch.distributed could not form the group (before READY)
     ENGINE_DEAD = "engine_dead"
     CONFIG = "config"
     UNKNOWN = "unknown"
@@ -31,6 +33,8 @@ STARTUP_MEMORY = FailureClass.STARTUP_MEMORY
 FP8_UNSUPPORTED = FailureClass.FP8_UNSUPPORTED
 KV_INSUFFICIENT = FailureClass.KV_INSUFFICIENT
 NO_CACHE_BLOCKS = FailureClass.NO_CACHE_BLOCKS
+COMPILE_CACHE = FailureClass.COMPILE_CACHE
+DISTRIBUTED_INIT = FailureClass.DISTRIBUTED_INIT
 ENGINE_DEAD = FailureClass.ENGINE_DEAD
 CONFIG = FailureClass.CONFIG
 UNKNOWN = FailureClass.UNKNOWN

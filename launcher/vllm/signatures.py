@@ -15,7 +15,9 @@ from typing import Any
 
 from launcher.vllm.config_signatures import CONFIG_SIGNATURES
 from launcher.vllm.signature_kit import (
+    COMPILE_CACHE,
     CONFIG,
+    DISTRIBUTED_INIT,
     ENGINE_DEAD,
     FP8_UNSUPPORTED,
     KV_INSUFFICIENT,
@@ -31,7 +33,8 @@ from launcher.vllm.signature_kit import (
     _sig,
 )
 
-__all__ = ["CONFIG", "ENGINE_DEAD", "FP8_UNSUPPORTED", "KV_INSUFFICIENT", "NO_CACHE_BLOCKS", "OK", "SIGNATURES",
+__all__ = ["COMPILE_CACHE", "CONFIG", "DISTRIBUTED_INIT", "ENGINE_DEAD", "FP8_UNSUPPORTED", "KV_INSUFFICIENT",
+           "NO_CACHE_BLOCKS", "OK", "SIGNATURES",
            "STARTUP_MEMORY", "UNKNOWN", "FailureClass", "LogEvent", "Signature"]
 
 
@@ -220,6 +223,18 @@ SIGNATURES: tuple[Signature, ...] = (
          r"for the KV cache", NO_CACHE_BLOCKS, fatal="specific"),
     _sig("failure", "Cannot auto-fit max_model_len", r"Cannot auto-fit max_model_len", NO_CACHE_BLOCKS, fatal="specific"),
     *CONFIG_SIGNATURES,
+    # ---- a torch.compile artifact an earlier, failed compilation left in vLLM's cache (compiler_interface.py,
+    # 0.9.1+; 0.8–0.9.0 asserted "failed to get the hash of the compiled graph" at the same check)
+    _sig("failure", "failed to compile the model", rf"{_ENGINE_EXC}\w*Error: vLLM failed to compile the model\. "
+         r"The most likely reason", COMPILE_CACHE, fatal="specific"),
+    _sig("failure", "failed to get the hash of the compiled graph",
+         rf"{_ENGINE_EXC}AssertionError: failed to get the hash of the compiled graph", COMPILE_CACHE, fatal="specific"),
+    # ---- the process group could not form: NCCL's own error, torch.distributed's store and rendezvous. Before
+    # READY a class of its own (launcher.vllm.diagnose makes it an engine death once vLLM has served).
+    _sig("failure", "NCCL error", rf"{_ENGINE_EXC}\w*Error: NCCL error", DISTRIBUTED_INIT, fatal="specific"),
+    _sig("failure", "nccl", r"^\s*nccl(?:System|Internal|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)Error: ",
+         DISTRIBUTED_INIT, fatal="specific"),
+    _sig("failure", "Dist", rf"{_ENGINE_EXC}Dist(?:Store|Network)Error: ", DISTRIBUTED_INIT, fatal="specific"),
     # ---- engine death; ignored once a shutdown is under way. Anchored at the start of the message: an
     # exception type or vLLM's own sentence starts it, where text a client sent never stands.
     _sig("failure", "EngineDeadError", rf"{_ENGINE_EXC}(?:Async)?EngineDeadError\b", ENGINE_DEAD, fatal="specific"),
@@ -231,8 +246,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("failure", "Engine iteration timed out", r"^\s*Engine iteration timed out", ENGINE_DEAD, fatal="specific"),
     _sig("failure", "died.", r"Engine process \(pid \d+\) died\.", ENGINE_DEAD, fatal="specific"),
     _sig("failure", "MQLLMEngine is already dead", r"^\s*MQLLMEngine is already dead", ENGINE_DEAD, fatal="specific"),
-    _sig("failure", "NCCL", rf"{_ENGINE_EXC}\w*Error: NCCL error|ProcessGroupNCCL\S* .*watchdog thread terminated with "
-         r"exception", ENGINE_DEAD, fatal="specific"),
+    _sig("failure", "NCCL", r"ProcessGroupNCCL\S* .*watchdog thread terminated with exception", ENGINE_DEAD,
+         fatal="specific"),
     _sig("failure", "rror", rf"{_ENGINE_EXC}\w*Error: (?:Error in model execution: )?CUDA error: (?:an illegal "
          r"(?:memory access|instruction) was encountered|device-side assert triggered|unspecified launch failure)"
          r"|^\s*Failed: Cuda error \S{1,256} 'an illegal",

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 NEWEST_KNOWN = "0.33.0"
+DEFAULT_BLOCK_SIZE = 16  # tokens per KV-cache block when the profile sets no block-size
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 
@@ -41,6 +42,10 @@ class VersionSemantics:
     @property
     def default_utilization(self) -> float:
         return 0.92 if self.at_least("0.20.0") else 0.9
+
+    def utilization(self, written: float | None) -> float:
+        """The gpu-memory-utilization vLLM runs with: the one the profile (or a rung) wrote, else its default."""
+        return written or self.default_utilization
 
     @property
     def checks_free_memory_at_start(self) -> bool:

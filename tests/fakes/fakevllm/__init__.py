@@ -34,17 +34,20 @@ HTTP (from "Application startup complete" on; threaded, so /health answers while
     `(APIServer pid=P) INFO:     <client ip>:<client port> - "GET <raw target as sent> HTTP/1.1" 200 OK`;
     with `--enable-log-requests`, a completion first logs vLLM's `Received request cmpl-…` (chatcmpl-… for
     chat) record with the prompt as repr() shows it (a client's newlines arrive escaped as \\n).
-    /tokenize ({"model", "prompt"} or {"model", "messages", "add_generation_prompt" (true)}) answers vLLM
-    0.32's {"count", "max_model_len", "tokens", "token_strs"}; the fake's tokenizer counts one token per
+    /tokenize ({"model", "prompt"} or {"model", "messages", "add_generation_prompt" (true), "tools"}) answers
+    vLLM 0.32's {"count", "max_model_len", "tokens", "token_strs"}; the fake's tokenizer counts one token per
     whitespace-separated word and per ChatML special token (<|im_start|>, <|im_end|>); messages are counted
     as the ChatML prompt (each message is its words + 3: <|im_start|>, the role, <|im_end|>; the generation
-    prompt adds 2). A chat with "stream": true streams vLLM 0.32's SSE chunks (fakevllm/stream.py): the role
-    chunk and the first token after the prefill, one chunk per output token (max_completion_tokens, else
-    max_tokens, else 16: it always generates them all, as with ignore_eos; the last has finish_reason
-    "length"), the usage chunk with stream_options.include_usage (prompt_tokens: the /tokenize count of the
-    messages), then `data: [DONE]`; an engine that dies mid-stream sends EngineDeadError's error chunk and
-    [DONE] and closes the connection. Timing: fakevllm/scheduler.py. Non-streamed answers are one JSON
-    document after completion_s.
+    prompt adds 2). Tools are counted as a template that renders them would: a first system block of their
+    JSON, one line each, in <tools> tags (the whitespace-separated words of it); an assistant's tool_calls
+    follow its content as <tool_call> JSON, a `tool` message is a user turn in <tool_response> tags
+    (fakevllm/tokens.py). A chat with "stream": true streams vLLM 0.32's SSE chunks (fakevllm/stream.py):
+    the role chunk and the first token after the prefill, one chunk per output token (max_completion_tokens,
+    else max_tokens, else 16: it always generates them all, as with ignore_eos; the last has finish_reason
+    "length"; with tools, as `tool_reply` says), the usage chunk with stream_options.include_usage
+    (prompt_tokens: the /tokenize count of the messages and tools), then `data: [DONE]`; an engine that dies
+    mid-stream sends EngineDeadError's error chunk and [DONE] and closes the connection. Timing:
+    fakevllm/scheduler.py. Non-streamed answers are one JSON document after completion_s.
 
 Scenario rules come from the JSON file in $FAKE_VLLM_SCENARIOS: a list of objects; the first whose
 `when` substring occurs in the argv (and whose `max_uses` is not used up) applies. Keys (default: meaning):
@@ -96,10 +99,12 @@ Scenario rules come from the JSON file in $FAKE_VLLM_SCENARIOS: a list of object
     gpu_memory      none: bytes (int) or a size ("20GiB", "512MiB") held on each device the tree uses,
                     registered in $FAKE_VLLM_INVENTORY (protocol: fakevllm/gpu.py)
     release_delay_s 0: after an orderly exit the memory stays held this long (`held_until`)
-    tool_reply      "parsed": how a non-streamed chat with `tools` is answered (without --enable-auto-tool-choice,
-                    tool_choice auto gets vLLM 0.32's 400): parsed (tool_calls), hermes_text or qwen3_coder_text
-                    (the call left in content in that family's markup, as a parser that cannot read it leaves it),
-                    prose
+    tool_reply      "parsed": how a chat with `tools` is answered (without --enable-auto-tool-choice, tool_choice
+                    auto gets vLLM 0.32's 400, streamed or not): parsed (tool_calls; streamed: vLLM 0.32's
+                    delta.tool_calls pieces, the id, type and name, then the arguments, finish_reason
+                    tool_calls), hermes_text or qwen3_coder_text (the call left in content in that family's
+                    markup, as a parser that cannot read it leaves it), prose (streamed: as content chunks,
+                    finish_reason stop); the fake calls the first tool, "x" for each required parameter
     hide            none: a regex; replayed lines it matches are not printed (a logging level that hides them)
 Without a scenario file the legacy variables give the same keys: FAKE_VLLM_LOG, FAKE_VLLM_AFTER,
 FAKE_VLLM_EXIT (exit_code), FAKE_VLLM_IGNORE_TERM (1/true, startup, 0/false), FAKE_VLLM_GRANDCHILD

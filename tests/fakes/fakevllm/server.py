@@ -21,7 +21,7 @@ from typing import Any
 
 from fakevllm.common import emit
 from fakevllm.scheduler import Latency, Scheduler
-from fakevllm.stream import ChatStream, max_tokens
+from fakevllm.stream import ChatStream, max_tokens, tool_name, tool_text
 from fakevllm.tokens import chat_prompt, tokenize_answer
 
 COMPLETIONS = ("/v1/completions", "/v1/chat/completions")
@@ -151,8 +151,14 @@ class FakeServer:
                         owner.scheduler.waiting += 1  # queued, and nothing will ever schedule it
                     owner.closing.wait()  # the engine never answers; only the process's end ends this request
                     return None
+                if route == "/v1/chat/completions" and body.get("tools"):
+                    refused = owner.tools_refused(body)
+                    if refused is not None:
+                        return self.reply(400, refused)
                 if route == "/v1/chat/completions" and body.get("stream") is True:
-                    return self.stream(ChatStream(owner.scheduler, owner.served, body))
+                    calls = body.get("tools") and body.get("tool_choice", "auto") != "none"
+                    return self.stream(ChatStream(owner.scheduler, owner.served, body,
+                                                  owner.tool_reply if calls else None))
                 if route == "/v1/chat/completions" and body.get("tools"):
                     status, answer = owner.tool_answer(body)
                     return self.reply(status, answer)
@@ -193,30 +199,28 @@ class FakeServer:
 
         return Handler
 
-    def tool_answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        """A chat with tools as vLLM 0.32 answers it: 400 for tool_choice auto without --enable-auto-tool-choice
-        (vllm/renderers/online_renderer.py's message); else as the scenario's tool_reply says the model wrote and
-        the parser read it: `parsed` (tool_calls), `hermes_text` / `qwen3_coder_text` (the call left in content,
-        in that family's markup), `prose`."""
+    def tools_refused(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """vLLM 0.32's 400 for tool_choice auto without --enable-auto-tool-choice
+        (vllm/renderers/online_renderer.py's message), streamed or not; None when the chat may go on."""
         if body.get("tool_choice", "auto") == "auto" and not self.auto_tools:
-            return 400, {"error": {"message": '"auto" tool choice requires --enable-auto-tool-choice and '
-                                              "--tool-call-parser to be set", "type": "BadRequestError",
-                                   "param": None, "code": 400}}
-        tools = body.get("tools")
-        first = tools[0] if isinstance(tools, list) and tools and isinstance(tools[0], dict) else {}
-        name = str((first.get("function") or {}).get("name", "tool"))
+            return {"error": {"message": '"auto" tool choice requires --enable-auto-tool-choice and '
+                                         "--tool-call-parser to be set", "type": "BadRequestError",
+                              "param": None, "code": 400}}
+        return None
+
+    def tool_answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """A non-streamed chat with tools as vLLM 0.32 answers it, as the scenario's tool_reply says the model
+        wrote and the parser read it: `parsed` (tool_calls), `hermes_text` / `qwen3_coder_text` (the call left in
+        content, in that family's markup), `prose`."""
+        name = tool_name(body)
         message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [], "reasoning_content": None}
         finish = "stop"
         if self.tool_reply == "parsed":
             message["tool_calls"] = [{"id": f"chatcmpl-tool-{uuid.uuid4().hex}", "type": "function",
                                       "function": {"name": name, "arguments": "{}"}}]
             finish = "tool_calls"
-        elif self.tool_reply == "hermes_text":
-            message["content"] = f'<tool_call>\n{{"name": "{name}", "arguments": {{}}}}\n</tool_call>'
-        elif self.tool_reply == "qwen3_coder_text":
-            message["content"] = f"<tool_call>\n<function={name}>\n</function>\n</tool_call>"
         else:
-            message["content"] = "I can help with that."
+            message["content"] = tool_text(self.tool_reply, name)
         usage = {"prompt_tokens": 20, "completion_tokens": 12, "total_tokens": 32}
         return 200, {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "model": self.served,
                      "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}

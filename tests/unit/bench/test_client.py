@@ -3,6 +3,7 @@ accounting and the one-line errors (401, nothing listening, a model the server d
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
@@ -11,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from launcher.bench.client import Server, ServerError
+from launcher.bench.client import TOOLS_REFUSED, Server, ServerError
 from tests.integration.harness import free_port
 
 KEY = "k-123"
@@ -73,8 +74,8 @@ def url() -> Iterator[str]:
 
 def test_a_stream_is_timed_as_vllms_benchmark_times_it(url: str) -> None:
     """TTFT at the first chunk with choices (the role chunk), one ITL per later chunk, tokens from usage."""
-    result, text = Server(url, KEY).chat("tiny", [{"role": "user", "content": "hi"}], max_tokens=3)
-    assert result.ok and text == "abc"
+    result, answer = Server(url, KEY).chat("tiny", [{"role": "user", "content": "hi"}], max_tokens=3)
+    assert result.ok and answer.text == "abc" and answer.calls == ()
     assert (result.input_tokens, result.output_tokens, result.cached_tokens) == (12, 3, 8)
     assert 0.09 <= result.ttft_s < 0.2
     assert len(result.itl_s) == 3 and 0.09 <= sum(result.itl_s) < 0.2
@@ -109,3 +110,48 @@ def test_counting_uses_the_servers_tokenizer(url: str) -> None:
     server = Server(url, KEY)
     assert server.count_tokens("tiny", text="one two three") == 3
     assert server.count_tokens("tiny", messages=[{"role": "user", "content": "a b"}]) == 2
+
+
+class Recorder(Handler):
+    """Records every POST body; answers a chat with tools 400 as vLLM 0.32 does without auto tool choice when
+    the server's `refuse_tools` is set."""
+
+    def do_POST(self) -> None:
+        length = int(self.headers["Content-Length"])
+        raw = self.rfile.read(length)
+        body = json.loads(raw)
+        self.server.bodies.append((self.path, body))  # type: ignore[attr-defined]
+        if self.path == "/v1/chat/completions" and getattr(self.server, "refuse_tools", False):
+            return self.send(400, {"error": {"message": '"auto" tool choice requires --enable-auto-tool-choice and '
+                                                        "--tool-call-parser to be set", "type": "BadRequestError",
+                                             "param": None, "code": 400}})
+        kept, self.rfile = self.rfile, io.BytesIO(raw)  # the base handler reads the body again
+        try:
+            return super().do_POST()
+        finally:
+            self.rfile = kept
+
+
+@pytest.fixture
+def recorder() -> Iterator[ThreadingHTTPServer]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), Recorder)
+    httpd.bodies = []  # type: ignore[attr-defined]
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield httpd
+    httpd.shutdown()
+
+
+def test_tools_go_with_tool_choice_auto_and_into_the_count(recorder: ThreadingHTTPServer) -> None:
+    server = Server(f"http://127.0.0.1:{recorder.server_address[1]}", KEY)
+    tools = [{"type": "function", "function": {"name": "glob", "description": "d", "parameters": {"type": "object"}}}]
+    messages = [{"role": "user", "content": "a b"}]
+    assert server.count_tokens("tiny", messages=messages, tools=tools) == 2
+    assert server.chat("tiny", messages, max_tokens=3, tools=tools)[0].ok
+    assert server.chat("tiny", messages, max_tokens=3)[0].ok
+    (_, counted), (_, with_tools), (_, without) = recorder.bodies  # type: ignore[attr-defined]
+    assert counted["tools"] == tools and counted["add_generation_prompt"] is True
+    assert (with_tools["tools"], with_tools["tool_choice"]) == (tools, "auto")
+    assert "tools" not in without and "tool_choice" not in without
+    recorder.refuse_tools = True  # type: ignore[attr-defined]
+    result, answer = server.chat("tiny", messages, max_tokens=3, tools=tools)
+    assert (result.ok, result.error, answer.text) == (False, TOOLS_REFUSED, "")

@@ -184,14 +184,6 @@ def test_a_stream_with_more_tokens_than_asked_is_cut_and_failed(liar: LyingServe
     assert "too_many_tokens" == chat(liar, server={"timeout_s": ENDLESS_S * 3})
 
 
-@pytest.fixture
-def trickles() -> Iterator[list[Trickle]]:
-    made: list[Trickle] = []
-    yield made
-    for server in made:
-        server.close()
-
-
 @pytest.mark.parametrize("head", [trickle.HEADERS, trickle.CHUNK_LINE, trickle.ERROR_BODY],
                          ids=["headers", "chunk_line", "error_body"])
 def test_a_chat_whose_server_trickles_ends_at_its_timeout_and_deadline(trickles: list[Trickle], head: bytes) -> None:
@@ -277,8 +269,8 @@ def test_server_counters_that_cannot_be_are_not_reported() -> None:
 def test_an_answer_that_ends_but_whose_body_does_not_stands_and_the_connection_is_dropped(liar: LyingServer) -> None:
     liar.mode = "after_done"
     server = Server(url_of(liar), KEY)
-    result, text = server.chat("tiny", [{"role": "user", "content": "hi"}], max_tokens=3)
-    assert result.ok and text == "a" and result.output_tokens == 1
+    result, answer = server.chat("tiny", [{"role": "user", "content": "hi"}], max_tokens=3)
+    assert result.ok and answer.text == "a" and result.output_tokens == 1
     assert server._kept.conn is None  # what follows [DONE] never ended: this connection cannot carry another
 
 

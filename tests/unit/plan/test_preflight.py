@@ -21,7 +21,7 @@ from launcher.gpu.match import gpu_spec, inventory_from_spec, match_gpu
 from launcher.plan.capacity import CapacityPlan
 from launcher.plan.hostfacts import HostFacts, host_facts, torch_cuda
 from launcher.plan.ownership import LocalProcess
-from launcher.plan.preflight import evaluate, fitting_utilization
+from launcher.plan.preflight import evaluate, fitting_utilization, lower_rung_that_fits
 from launcher.plan.problems import PreflightResult, Problem
 from launcher.plan.render import preflight_text
 from launcher.plan.report import run_preflight
@@ -345,6 +345,17 @@ class TestGpuSpecs:
         device = GpuDevice(0, None, "NVIDIA L40S" if total_mib == 46068 else "NVIDIA GeForce RTX 4090", (8, 9),
                            total_mib * MIB, free_mib * MIB, (total_mib - free_mib) * MIB)
         assert expected == fitting_utilization(device)
+
+    @pytest.mark.parametrize(("current", "fits", "expected"), [
+        (0.92, None, 0.88),  # no free-memory figure: the next rung down
+        (0.92, 0.80, 0.75),  # the highest rung that fits, skipping those that do not
+        (0.88, 0.95, 0.75),  # never the current rung or a higher one, however much is free
+        (0.92, 0.70, None),  # no rung is that low
+        (0.75, None, None),  # the last rung
+    ])
+    def test_lower_rung_that_fits(self, current: float, fits: float | None, expected: float | None) -> None:
+        """The one rule preflight starts from and the ladder's startup_memory rung goes down by."""
+        assert expected == lower_rung_that_fits((0.92, 0.88, 0.75), current, fits)
 
     def test_every_table_gpu_simulates(self) -> None:
         """Every GPU in the table survives the round trip through a synthetic inventory."""

@@ -9,7 +9,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from launcher.config.profile import MetricsSettings
-from launcher.run import advice, logpump
+from launcher.observe import advice
+from launcher.run import logpump
 from launcher.run.metrics import Exporter
 from launcher.vllm.diagnose import Diagnoser
 

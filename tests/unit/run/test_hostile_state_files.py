@@ -16,6 +16,7 @@ from structlog.testing import capture_logs
 
 from launcher.config.load import loads
 from launcher.errors import ConfigError, PreflightError, TransientFailure
+from launcher.observe import down, status
 from launcher.run import daemon, locks, prelaunch, state
 
 DEEP = "[" * 200_000
@@ -56,20 +57,20 @@ class TestStateJson:
         PLANTS[plant](profile_dir(tmp_path) / "state.json")
         state.StateStore(tmp_path / "other").update(profile="other", phase="stopped", pid=2**22 + 1)
         environ = {"VLLM_LAUNCH_STATE_DIR": str(tmp_path)}
-        assert 0 == state.status_command(None, environ=environ)
+        assert 0 == status.status_command(None, environ=environ)
         out = capsys.readouterr().out
         said = [line for line in out.splitlines() if line.startswith("qwen3:")]
         assert 1 == len(said) and WORDS[plant] in said[0] and "ignored" in said[0], out
         assert "other: stopped" in out
-        assert 0 == state.status_command("qwen3", environ=environ)
+        assert 0 == status.status_command("qwen3", environ=environ)
         assert WORDS[plant] in capsys.readouterr().out
-        assert 0 == state.status_command("qwen3", as_json=True, environ=environ)
+        assert 0 == status.status_command("qwen3", as_json=True, environ=environ)
         captured = capsys.readouterr()
         assert json.loads(captured.out) is None and WORDS[plant] in captured.err
 
     def test_down_says_it_in_one_line(self, tmp_path: Path, plant: str, capsys: pytest.CaptureFixture[str]) -> None:
         PLANTS[plant](profile_dir(tmp_path) / "state.json")
-        assert 0 == state.down_command("qwen3", environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
+        assert 0 == down.down_command("qwen3", environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
         out = capsys.readouterr().out.strip()
         assert 1 == len(out.splitlines()) and "not running" in out and WORDS[plant] in out, out
 
@@ -125,14 +126,14 @@ class TestLock:
 
     def test_status_says_it_and_goes_on(self, tmp_path: Path, plant: str, capsys: pytest.CaptureFixture[str]) -> None:
         lock = self.write(tmp_path, plant)
-        assert 0 == state.status_command("qwen3", environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
+        assert 0 == status.status_command("qwen3", environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
         out = capsys.readouterr().out
         assert "qwen3: dead (last phase: serving)" in out and f"lock       {lock}" in out, out
 
     def test_down_refuses_in_one_line(self, tmp_path: Path, plant: str) -> None:
         lock = self.write(tmp_path, plant)
         with pytest.raises(ConfigError) as caught:
-            state.down_command("qwen3", environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
+            down.down_command("qwen3", environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
         assert str(lock) in str(caught.value) and "\n" not in str(caught.value)
 
 
@@ -147,5 +148,5 @@ def test_a_full_state_disk_at_start_is_one_line_exit_75(tmp_path: Path) -> None:
     message = str(caught.value)
     assert 75 == caught.value.exit_code and "\n" not in message
     assert f"cannot write the lock {path} (No space left on device)" in message and "df -h" in message
-    assert state.lock_holder(path) is None  # nothing left holding it
-    state.release_lock(locks.acquire_lock(path, "profile qwen3", "fix"))  # and room again: it starts
+    assert locks.lock_holder(path) is None  # nothing left holding it
+    locks.release_lock(locks.acquire_lock(path, "profile qwen3", "fix"))  # and room again: it starts

@@ -59,6 +59,11 @@ STEPS: list[tuple[profile.Profile, dict[str, Any], Diagnosis, Any, dict[str, Any
     (prof(), {}, diag("no_cache_blocks"), V11, {"max-num-batched-tokens": 1024}),
     (prof(), {"max-model-len": 8064}, diag("engine_dead"), V33, {"max-model-len": 8064}),
     (prof(), {}, diag("unknown"), V33, {}),
+    (prof(), {"max-model-len": 8064}, diag("compile_cache"), V33, {"max-model-len": 8064}),
+    (prof(), {}, diag("distributed_init"), V33, {}),
+    (prof("model: /m\nvllm: {host: 127.0.0.1, gpu-memory-utilization: 0.9}\nlauncher: {device: cpu, ladder: "
+          "{gpu_memory_utilization: [0.9, 0.7]}}\n"), {}, diag("startup_memory", "host_oom_killer"), V33,
+     {"gpu-memory-utilization": 0.7}),
 ]
 
 
@@ -105,6 +110,8 @@ STOPS: list[tuple[profile.Profile, dict[str, Any], Diagnosis, int, str]] = [
      diag("kv_insufficient", estimated_max_model_len=8064), 78, "does not allow cutting the context"),
     (prof(), {"enforce-eager": True, "max-num-batched-tokens": 1024}, diag("no_cache_blocks"), 78,
      "quantized weights"),
+    (prof(), {}, diag("config", "missing_dependency", package="torchvision"), 78, "pip install torchvision"),
+    (prof(), {}, diag("startup_memory", "host_oom_killer"), 75, "does not shrink host memory"),
 ]
 
 
@@ -131,6 +138,34 @@ class TestRemedyText:
         (diag("fp8_unsupported"), "kv-cache-dtype → auto"),
         (diag("engine_dead"), "restart"),
         (diag("ok"), "none"),
+        (diag("compile_cache"), "torch.compile cache aside"),
+        (diag("distributed_init"), "NCCL_SOCKET_IFNAME"),
+        (diag("config", "missing_dependency", package="timm"), "pip install timm"),
+        (diag("startup_memory", "host_oom_killer"), "OOM killer"),
     ])
     def test_generic_remedies(self, d: Diagnosis, words: str) -> None:
         assert words in ladder.describe_remedy(d)
+
+
+class TestOncePerRun:
+    """A step a run takes once: the compile cache moved aside, a group's retry. A second time stops with 75."""
+
+    @pytest.mark.parametrize(("cls", "once", "words"), [
+        ("compile_cache", ladder.MOVE_COMPILE_CACHE, "VLLM_DISABLE_COMPILE_CACHE"),
+        ("distributed_init", ladder.RETRY_DISTRIBUTED, "NCCL_SOCKET_IFNAME"),
+    ])
+    def test_the_second_time_stops(self, cls: str, once: str, words: str) -> None:
+        step = ladder.next_step(prof(), {}, diag(cls), version=V33)
+        assert once == step.once
+        with pytest.raises(ladder.Exhausted) as caught:
+            ladder.next_step(prof(), {}, diag(cls), version=V33, done=[once])
+        assert 75 == caught.value.exit_code
+        assert words in str(caught.value)
+
+    def test_flags_tried_before_do_not_block_the_first_move(self) -> None:
+        """The move is the change: an earlier same-flags retry of an unknown failure does not count against it."""
+        step = ladder.next_step(prof(), {}, diag("compile_cache"), version=V33, tried=[{}])
+        assert ladder.MOVE_COMPILE_CACHE == step.once
+
+    def test_other_classes_take_no_once_step(self) -> None:
+        assert ladder.next_step(prof(), {}, diag("startup_memory"), version=V33).once is None

@@ -1,11 +1,10 @@
 """The state directory is not trusted blindly: no link is followed, a directory others can write is refused,
-looking at a lock never takes it, and `down` signals only this profile's `vllm-launch up`."""
+looking at a lock never takes it."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import stat
 import subprocess
 import sys
@@ -14,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from launcher.errors import ConfigError, TransientFailure
-from launcher.run import state
+from launcher.errors import ConfigError
+from launcher.run import locks
 from tests.conftest import ROOT
 
 HOLD = """
 import pathlib, signal, sys, time
 sys.path.insert(0, {root!r})
-from launcher.run import state
-lock = state.acquire_lock(pathlib.Path(sys.argv[2]), "profile qwen3", "fix")
+from launcher.run import locks
+lock = locks.acquire_lock(pathlib.Path(sys.argv[2]), "profile qwen3", "fix")
 print("held", flush=True)
 time.sleep(60)
 """
@@ -67,7 +66,7 @@ class TestNoLinkIsFollowed:
         (root / "ports").mkdir(mode=0o700)
         link = root / "qwen3" / "lock" if which == "profile" else root / "ports" / "8000.lock"
         link.symlink_to(target)
-        with pytest.raises(ConfigError) as caught, state.held_locks(root / "qwen3", "qwen3", 8000, root):
+        with pytest.raises(ConfigError) as caught, locks.held_locks(root / "qwen3", "qwen3", 8000, root):
             pass
         assert f"{link} is a symbolic link" in str(caught.value) and 78 == caught.value.exit_code
         assert "root's data\n" == target.read_text()
@@ -75,10 +74,10 @@ class TestNoLinkIsFollowed:
     def test_a_lock_file_is_created_0600(self, tmp_path: Path) -> None:
         old = os.umask(0o022)
         try:
-            lock = state.acquire_lock(tmp_path / "lock", "profile qwen3", "fix")
+            lock = locks.acquire_lock(tmp_path / "lock", "profile qwen3", "fix")
         finally:
             os.umask(old)
-        state.release_lock(lock)
+        locks.release_lock(lock)
         assert 0o600 == stat.S_IMODE((tmp_path / "lock").stat().st_mode)
 
 
@@ -134,18 +133,18 @@ ACQUIRE_LOOP = """
 import pathlib, sys
 sys.path.insert(0, {root!r})
 from launcher.errors import LockHeld
-from launcher.run import state
+from launcher.run import locks
 path, refused = pathlib.Path(sys.argv[1]), []
 print("ready", flush=True)
 sys.stdin.readline()
 for _ in range(int(sys.argv[2])):
     try:
-        lock = state.acquire_lock(path, "profile qwen3", "fix")
+        lock = locks.acquire_lock(path, "profile qwen3", "fix")
     except LockHeld as exc:
         refused.append(str(exc))
         continue
-    state.release_lock(lock)
-lock = state.acquire_lock(path, "profile qwen3", "fix")
+    locks.release_lock(lock)
+lock = locks.acquire_lock(path, "profile qwen3", "fix")
 pathlib.Path(sys.argv[3]).touch()
 print(len(refused), refused[:1], flush=True)
 sys.stdin.readline()
@@ -167,59 +166,12 @@ def test_looking_at_the_lock_never_refuses_a_start(tmp_path: Path) -> None:
         proc.stdin.write("go\n")
         proc.stdin.flush()
         while not done.exists():  # as long as the starts go on (they are bounded, not the time)
-            state.lock_holder(path)
+            locks.lock_holder(path)
             probes += 1
         assert probes > 0
         result = proc.stdout.readline().split(" ", 1)
         assert "0" == result[0], f"{result[0]} of {starts} starts refused while probing: {result[1:]}"
-        assert proc.pid == state.lock_holder(path)  # the probe does see the holder
+        assert proc.pid == locks.lock_holder(path)  # the probe does see the holder
     finally:
         proc.kill()
         proc.wait()
-
-
-class TestDownSignalsOnlyOurDaemon:
-    def test_a_lock_held_by_something_else_is_named_and_nothing_is_signalled(self, tmp_path: Path) -> None:
-        directory = profile_dir(tmp_path)
-        with holder(tmp_path, directory / "lock", daemon=False) as stranger:
-            with pytest.raises(TransientFailure) as caught:
-                state.down_command("qwen3", timeout=5, environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
-            assert f"held by PID {stranger.pid}" in str(caught.value)
-            assert "not this profile's `vllm-launch up`" in str(caught.value)
-            assert "nothing was signalled" in str(caught.value)
-            assert stranger.poll() is None
-
-    def test_a_strangers_command_line_reaches_the_error_as_one_clean_line(self, tmp_path: Path) -> None:
-        """Whatever a stranger put on its command line (newlines, ANSI escapes), `down`'s error is one line with no
-        control character in it."""
-        directory = profile_dir(tmp_path)
-        hostile = "\x1b[2J\x1b[31mdone\nqwen3: stopped (vllm-launch PID 1)\x1b]0;title\x07\u202ereversed"
-        with holder(tmp_path, directory / "lock", daemon=False, says=hostile) as stranger:
-            with pytest.raises(TransientFailure) as caught:
-                state.down_command("qwen3", timeout=5, environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
-            text = str(caught.value)
-            assert f"held by PID {stranger.pid}" in text and "done qwen3: stopped" in text
-            assert [] == [c for c in text if not c.isprintable()], text
-            assert stranger.poll() is None
-
-    def test_a_lock_file_naming_another_process_signals_neither(self, tmp_path: Path) -> None:
-        """The lock file's text is only a claim: a PID written into it is never signalled on its say-so."""
-        directory = profile_dir(tmp_path)
-        innocent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-        try:
-            with holder(tmp_path, directory / "lock", daemon=True) as daemon:
-                (directory / "lock").write_text(str(innocent.pid))
-                with pytest.raises(TransientFailure) as caught:
-                    state.down_command("qwen3", timeout=5, environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
-                assert f"held by PID {daemon.pid}" in str(caught.value)
-                assert (None, None) == (daemon.poll(), innocent.poll())
-        finally:
-            innocent.kill()
-            innocent.wait()
-
-    def test_our_daemon_is_stopped(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-        directory = profile_dir(tmp_path)
-        with holder(tmp_path, directory / "lock", daemon=True) as daemon:
-            assert 0 == state.down_command("qwen3", timeout=10, environ={"VLLM_LAUNCH_STATE_DIR": str(tmp_path)})
-            assert -signal.SIGTERM == daemon.wait(10)
-        assert f"qwen3: stopped (vllm-launch PID {daemon.pid})" in capsys.readouterr().out

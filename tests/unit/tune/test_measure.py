@@ -3,11 +3,16 @@ shares."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
+from launcher.bench import agent_tools
 from launcher.bench.command import Target
 from launcher.bench.workload import Settings
 from launcher.config.load import loads
 from launcher.tune import slo
-from launcher.tune.command import workload_settings
+from launcher.tune.command import Request, workload_key_of, workload_settings
 from launcher.tune.measure import Plan, level_settings, warmup_settings
 
 PROFILE = loads("model: m\nvllm:\n  host: 127.0.0.1\n")
@@ -46,3 +51,15 @@ def test_the_workloads() -> None:
     agent, random = plan("ttft_p50<=1s").workload, plan("ttft_p50<=1s", "random").workload
     assert agent.shared_prefix == 512 and agent.conversation_turns is None and agent.ignore_eos
     assert random.shared_prefix == 0 and random.conversation_turns == 1 and random.ignore_eos
+
+
+def test_the_agent_workload_sends_the_tools_and_a_cached_level_depends_on_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    agent, random = plan("ttft_p50<=1s").workload, plan("ttft_p50<=1s", "random").workload
+    assert (agent.tools, random.tools) == ("agent", "none"), "random shares nothing, tools included"
+    request = Request(profile="p.yaml", slo=slo.parse("ttft_p50<=1s"))
+    key = workload_key_of(request, agent)
+    assert key["tools"] == "agent" and key["tool_set"] == agent_tools.DIGEST
+    assert workload_key_of(request, replace(agent, tools="none"))["tool_set"] is None
+    monkeypatch.setattr(agent_tools, "DIGEST", "another-set")
+    assert workload_key_of(request, agent) != key, "a level measured with another tool set is not reused"

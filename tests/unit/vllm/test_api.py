@@ -65,14 +65,6 @@ def test_nothing_listening_and_no_url_are_errors_a_caller_catches() -> None:
         api.request("ftp://example/", 5)
 
 
-@pytest.fixture
-def trickles() -> Iterator[list[Trickle]]:
-    made: list[Trickle] = []
-    yield made
-    for server in made:
-        server.close()
-
-
 def slow(made: list[Trickle], head: bytes) -> Trickle:
     server = Trickle(head)
     made.append(server)

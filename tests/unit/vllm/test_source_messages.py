@@ -27,9 +27,10 @@ CATALOGUE = yaml.safe_load((ROOT / "docs" / "vllm-source-messages.yaml").read_te
 PREFIX = "(EngineCore_DP0 pid=123) "
 STAMP = "11-29 15:41:39"
 CLASSES = {"ok", "startup_memory", "fp8_unsupported", "kv_insufficient", "no_cache_blocks", "engine_dead", "config",
-           "unknown"}
+           "unknown", "compile_cache", "distributed_init"}
 REASONS = {"tool_parser", "reasoning_parser", "unknown_flag", "bad_argument", "max_model_len_above_model",
-           "model_not_found", "gated_repo", "unsupported_model", "port_in_use", "not_enough_gpus"}
+           "model_not_found", "gated_repo", "unsupported_model", "port_in_use", "not_enough_gpus",
+           "missing_dependency"}
 
 
 def _vkey(version: str) -> tuple[int, ...]:

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from launcher.run import advice, health, state, watch
+from launcher.observe import advice, status, watch
+from launcher.run import health
 from launcher.runstate import State
-from tests.unit.run.test_advice import capture, changed
-from tests.unit.run.test_status_drift import serving
+from tests.unit.observe.test_advice import capture, changed
+from tests.unit.observe.test_status_drift import serving
 
 HUGE = 10**400  # JSON has no bound on an integer: a float of it overflows
 ARGS = ["serve", "/models/m", "--port", "8000", "--host", "127.0.0.1", "--max-model-len", "1024",
@@ -47,7 +48,7 @@ def test_status_with_huge_numbers_prints_without_a_traceback(tmp_path: Path, cap
     monkeypatch.setattr(health, "metrics_text", lambda url, timeout=2.0: full)
     capacity = {"kv_tokens": HUGE, "max_model_len": 1024, "utilization": 0.5, "sessions": 1.0}
     with serving(tmp_path, ARGS, phase="serving", url="http://127.0.0.1:8000", capacity=capacity) as environ:
-        assert 0 == state.status_command("qwen3", environ=environ, sleep=lambda s: None)
+        assert 0 == status.status_command("qwen3", environ=environ, sleep=lambda s: None)
     out = capsys.readouterr().out
     assert "qwen3: serving" in out and "the KV cache is the limit" in out
 
@@ -65,9 +66,9 @@ def test_metrics_are_read_only_from_the_profiles_own_server(tmp_path: Path, caps
 
     monkeypatch.setattr(health, "metrics_text", read)
     with serving(tmp_path, ARGS, phase="serving", url=url) as environ:
-        assert 0 == state.status_command("qwen3", environ=environ, sleep=lambda s: None)
+        assert 0 == status.status_command("qwen3", environ=environ, sleep=lambda s: None)
         text = capsys.readouterr().out
-        assert 0 == state.status_command("qwen3", as_json=True, environ=environ, sleep=lambda s: None)
+        assert 0 == status.status_command("qwen3", as_json=True, environ=environ, sleep=lambda s: None)
         report: dict[str, Any] = json.loads(capsys.readouterr().out)
         shown = watch.Watch(tmp_path / "state" / "qwen3", read_metrics=read).refresh()
     assert [] == asked
@@ -83,6 +84,6 @@ def test_the_profiles_own_url_is_read(tmp_path: Path, capsys: pytest.CaptureFixt
     asked: list[str] = []
     monkeypatch.setattr(health, "metrics_text", lambda where, timeout=2.0: asked.append(where) or capture("busy-1"))
     with serving(tmp_path, ARGS, phase="serving", url="http://127.0.0.1:8000") as environ:
-        assert 0 == state.status_command("qwen3", as_json=True, environ=environ, sleep=lambda s: None)
+        assert 0 == status.status_command("qwen3", as_json=True, environ=environ, sleep=lambda s: None)
     report = json.loads(capsys.readouterr().out)
     assert ["http://127.0.0.1:8000"] * 2 == asked and "url_ignored" not in report and report["live"]

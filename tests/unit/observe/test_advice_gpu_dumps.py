@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.run import advice
-from launcher.run.advice import Figures
-from tests.unit.run.test_advice import changed
+from launcher.observe import advice
+from launcher.observe.advice import Figures
+from tests.unit.observe.test_advice import changed
 
 DUMPS = Path(__file__).parents[2] / "data" / "metrics" / "gpu-posted"
 QWEN = 'model_name="Qwen/Qwen2.5-Coder-32B-Instruct"'

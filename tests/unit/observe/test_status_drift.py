@@ -16,7 +16,9 @@ import psutil
 import pytest
 
 from launcher.config.load import loads
-from launcher.run import drift, processes, state
+from launcher.observe import drift
+from launcher.observe.status import status_command
+from launcher.run import processes, state
 from tests.unit.run.test_state import holding_lock
 
 PROFILE = "model: /models/m\nvllm: {port: 8000, host: 127.0.0.1, max-model-len: 1024, shutdown-timeout: 10}\n"
@@ -57,9 +59,9 @@ def serving(tmp_path: Path, child_args: list[str] = SERVED, **record: Any) -> It
 
 
 def status(environ: dict[str, str], capsys: pytest.CaptureFixture[str]) -> tuple[str, dict[str, Any]]:
-    assert 0 == state.status_command("qwen3", environ=environ)
+    assert 0 == status_command("qwen3", environ=environ)
     text = capsys.readouterr().out
-    assert 0 == state.status_command("qwen3", as_json=True, environ=environ)
+    assert 0 == status_command("qwen3", as_json=True, environ=environ)
     return text, json.loads(capsys.readouterr().out)
 
 

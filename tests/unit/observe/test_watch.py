@@ -10,9 +10,9 @@ import pytest
 from rich.console import Console
 
 from launcher.cli import main
-from launcher.run import watch
-from tests.unit.run.test_advice import capture
-from tests.unit.run.test_status_drift import serving
+from launcher.observe import watch
+from tests.unit.observe.test_advice import capture
+from tests.unit.observe.test_status_drift import serving
 
 
 def test_a_refresh_shows_phase_capacity_rates_latency_and_advice(tmp_path: Path) -> None:

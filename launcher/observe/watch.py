@@ -16,7 +16,9 @@ from rich.live import Live
 from rich.text import Text
 
 from launcher.errors import EX_OK
-from launcher.run import advice, drift, health, state
+from launcher.observe import advice, drift
+from launcher.observe.status import daemon_running
+from launcher.run import health
 from launcher.runstate import Phase, State, read_state
 from launcher.statedir import state_root
 
@@ -39,7 +41,7 @@ class Watch:
         found = read_state(self.directory / "state.json")
         if found is None:
             return f"{self.directory.name}: no state in {self.directory}"
-        running = state.daemon_running(self.directory, found)
+        running = daemon_running(self.directory, found)
         url, ignored = drift.metrics_url(found.raw, found.url) if running and found.phase is Phase.SERVING \
             else (None, None)
         text = self.read_metrics(url) if url else None

