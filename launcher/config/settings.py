@@ -14,7 +14,7 @@ from typing import Literal
 from launcher.units import parse_duration, parse_size
 
 # What a value is; config/setting_kinds.py checks each kind, config/schema.py describes it.
-Kind = Literal[
+SettingKind = Literal[
     "section",     # a mapping of the keys declared under it
     "choice",      # one of `choices`
     "path",        # a file path (text)
@@ -36,7 +36,7 @@ class Setting:
     """One `launcher:` key. `name` is dotted below `launcher:` (`health.completion_interval`)."""
 
     name: str
-    kind: Kind
+    kind: SettingKind
     default: object  # as a profile writes it ("5m"); None: unset unless the profile says
     fix: str  # the one-line fix a bad value gets
     doc: str  # what the key does, for docs/profile.md and the schema's description

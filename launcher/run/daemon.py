@@ -41,7 +41,7 @@ from launcher.run import (
 )
 from launcher.run.locks import held_locks
 from launcher.run.session import Installed, RunConfig, Session, Stopped, describe_overrides
-from launcher.run.supervisor import Kind
+from launcher.run.supervisor import EndKind
 from launcher.runstate import Decision, Phase
 from launcher.statedir import ensure_state_dirs, ensure_writable_dir, read_json, state_root
 
@@ -182,9 +182,9 @@ def _run(session: Session, directory: Path, previous: Any) -> int:
     session.ready = startup.start(session, _prepare(session, directory))
     while True:
         outcome = serving.serve(session)
-        if outcome.kind is Kind.STOPPED:
+        if outcome.kind is EndKind.STOPPED:
             return _shutdown(session, "signal")
-        if outcome.kind is Kind.RELOAD:
+        if outcome.kind is EndKind.RELOAD:
             candidate = reload.check(session)
             if candidate is not None:  # changed and checked: vLLM stops, and starts again from the new profile
                 _roll(session, candidate, directory)

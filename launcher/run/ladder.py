@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from launcher.config.profile import FP8_KV_DTYPES, FlagValue, Profile, parse_max_model_len
-from launcher.errors import EXIT_CODES, Outcome
+from launcher.errors import ConfigError, LadderExhausted
 from launcher.plan.preflight import FREE_MARGIN, lower_rung_that_fits
 from launcher.units import GIB
 from launcher.vllm.command import Overrides, effective_flags
@@ -55,20 +55,12 @@ class Step:
     once: str | None = None  # a step a run takes at most once (MOVE_COMPILE_CACHE, RETRY_DISTRIBUTED)
 
 
-class Stop(Exception):
-    """This failure cannot be fixed by another attempt: the profile must change."""
-
-    outcome = Outcome.CONFIG
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_CODES[self.outcome]
+class Stop(ConfigError):
+    """This failure cannot be fixed by another attempt: the profile must change (exit 78, never retried)."""
 
 
-class Exhausted(Stop):
-    """Every rung the profile allows for this failure has been tried: a later start may still work."""
-
-    outcome = Outcome.TEMPFAIL
+class Exhausted(LadderExhausted):
+    """Every rung the profile allows for this failure has been tried: a later start may still work (exit 75)."""
 
 
 def block_size(flags: Mapping[str, FlagValue]) -> int:
@@ -343,7 +335,7 @@ def describe_remedy(d: Diagnosis, profile: Profile | None = None, version: Versi
         return _generic_remedy(d)
     try:
         step = next_step(profile, {}, d, version=version or semantics(d.numbers.get("vllm_version")))
-    except Stop as stop:
+    except (Stop, Exhausted) as stop:
         return f"stop (exit {stop.exit_code}): {stop}"
     return f"{step.change} ({step.reason})"
 

@@ -1,11 +1,16 @@
 """The child's output: a pump thread that reads it line by line into the diagnosis, and the size-capped file.
 
-A full pipe would block vLLM, and a full disk must not: the pump never stops reading.
+A full pipe would block vLLM, and a full disk must not: the pump never stops reading. The pump owns the
+log's diagnoser and tells whoever watches the attempt what the log says on one queue of typed messages
+(`Message`): a notable line, a failure line that accuses, its acquittal, the log's conviction, vLLM's generic
+"engine failed to start", the output's end. The watcher never reads the diagnoser itself; what the process
+decides (it exited, it went silent, /health answered) goes back through `convict` and `acquit`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import errno
 import os
 import queue
@@ -14,6 +19,7 @@ import stat
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -37,7 +43,37 @@ _LINE_END = re.compile(rb"\r\n|[\r\n]")
 
 
 log = structlog.get_logger("vllm_launch")
-EOF = LogEvent("eof", "")
+
+
+class Mark(enum.StrEnum):
+    """What a message from the log says (in the order the output came)."""
+
+    LINE = "line"  # a notable line: capacity, progress, the server starting, a fatal line (its event)
+    ACCUSED = "accused"  # a failure line stands, not proven: the process must convict it, or progress acquit it
+    ACQUITTED = "acquitted"  # the start-up went on after the standing failure line: a warning now
+    CONVICTED = "convicted"  # the log itself proved the failure: its traceback, vLLM's engine-start failure
+    PENDING = "pending"  # vLLM's generic "engine failed to start" with no root cause yet: it may follow
+    EXITED = "exited"  # the output ended: the process is gone or going
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    mark: Mark
+    event: LogEvent | None = None  # the line (LINE), the failure line (ACCUSED, ACQUITTED, CONVICTED)
+    evidence: str | None = None  # what convicted it (CONVICTED): traceback, engine_start_failed, same_class
+
+
+EOF = Message(Mark.EXITED)
+
+
+@dataclass(frozen=True, slots=True)
+class _Standing:
+    """What the diagnoser held before a chunk of output: the verdict messages are its changes."""
+
+    failure: LogEvent | None
+    confirmed: str | None
+    acquitted: int
+    pending: bool
 _NOTABLE = frozenset({"failure", "kv_tokens", "concurrency", "available_kv", "model_loading", "progress",
                       "server_starting", "startup_complete", "version", "gpu_blocks", "shutdown"})
 
@@ -113,9 +149,9 @@ class LogPump(threading.Thread):
         self.stream = stream
         self.sink = sink
         self.echo = echo
-        self.diagnoser = diagnoser
-        self.lock = threading.Lock()
-        self.events: queue.Queue[LogEvent] = queue.Queue()
+        self._diagnoser = diagnoser
+        self._lock = threading.Lock()
+        self.messages: queue.Queue[Message] = queue.Queue()
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         self.last_output = time.monotonic()
         self.fatal_at: float | None = None  # monotonic time the first specific fatal line was read
@@ -134,12 +170,37 @@ class LogPump(threading.Thread):
             while len(pending) > MAX_LINE_BYTES:
                 pieces.append(pending[:MAX_LINE_BYTES])
                 pending = pending[MAX_LINE_BYTES:]
-            for piece in pieces:
-                if piece:
-                    self._line(piece)
+            self._lines([piece for piece in pieces if piece])
         if pending:
-            self._line(pending)
-        self.events.put(EOF)
+            self._lines([pending])
+        self.messages.put(EOF)
+
+    def _lines(self, pieces: list[bytes]) -> None:
+        """One chunk of output, then what it changed in the verdict. Judged per chunk, as the output came: a
+        traceback's last line convicts, unless the chained exception printed with it reopens the traceback."""
+        before = self._standing()
+        for piece in pieces:
+            self._line(piece)
+        self._post_verdict(before)
+
+    def _standing(self) -> _Standing:
+        with self._lock:
+            d = self._diagnoser
+            return _Standing(d.failure, d.confirmed, len(d.acquitted), d.pending)
+
+    def _post_verdict(self, before: _Standing) -> None:
+        with self._lock:
+            d = self._diagnoser
+            acquitted = d.acquitted[before.acquitted:]
+            failure, confirmed, pending = d.failure, d.confirmed, d.pending
+        for event in acquitted:
+            self.messages.put(Message(Mark.ACQUITTED, event))
+        if failure is not None and confirmed is not None and (before.confirmed is None or failure is not before.failure):
+            self.messages.put(Message(Mark.CONVICTED, failure, confirmed))
+        elif failure is not None and confirmed is None and failure is not before.failure:
+            self.messages.put(Message(Mark.ACCUSED, failure))
+        if pending and not before.pending:
+            self.messages.put(Message(Mark.PENDING))
 
     def _read_chunk(self) -> bytes:
         read1 = getattr(self.stream, "read1", None)
@@ -160,14 +221,14 @@ class LogPump(threading.Thread):
         if self.echo and not _OUR_PROBES.search(line):
             logs.echo_child_line(line)
         self.tail.append(line)
-        with self.lock:
-            event = self.diagnoser.feed(line)
-            if event is not None and event.fatal == "specific" and self.fatal_at is None and self.diagnoser.decided:
+        with self._lock:
+            event = self._diagnoser.feed(line)
+            if event is not None and event.fatal == "specific" and self.fatal_at is None and self._diagnoser.decided:
                 self.fatal_at = self.last_output
         if event is not None and event.kind == "serving" and PARSER_ERROR.match(event.message):
             self.tool_parser_errors += 1
         if event is not None and event.kind in _NOTABLE:
-            self.events.put(event)
+            self.messages.put(Message(Mark.LINE, event))
 
     def _write(self, line: str) -> None:
         """A failing write (full disk) is a warning; the file is reopened now and then, and serving goes on."""
@@ -196,9 +257,25 @@ class LogPump(threading.Thread):
             log.warning("log_pump." + what, error=message)
 
     def diagnosis(self) -> Diagnosis:
-        with self.lock:
-            return self.diagnoser.diagnosis()
+        with self._lock:
+            return self._diagnoser.diagnosis()
 
     def expect_shutdown(self) -> None:
-        with self.lock:
-            self.diagnoser.expect_shutdown()
+        with self._lock:
+            self._diagnoser.expect_shutdown()
+
+    def convict(self, evidence: str) -> None:
+        """The process proved the standing failure line (it exited, its engine died, it went silent)."""
+        with self._lock:
+            self._diagnoser.convict(evidence)
+
+    def acquit(self) -> LogEvent | None:
+        """The server answered: the standing failure line, if any, did not end the start-up (returned)."""
+        with self._lock:
+            return self._diagnoser.acquit()
+
+    @property
+    def joined(self) -> bool:
+        """This rank's own vLLM said it is part of an assembled group (multi-node)."""
+        with self._lock:
+            return self._diagnoser.joined

@@ -14,10 +14,10 @@ import structlog
 from launcher.errors import LadderExhausted
 from launcher.run import health, listener
 from launcher.run.liveness import Verdict, Work, judge, parse_work
-from launcher.run.logpump import EOF
+from launcher.run.logpump import EOF, Mark
 from launcher.run.retry import Backoff
 from launcher.run.session import Session, Stopped
-from launcher.run.supervisor import FAILED_ATTEMPT_GRACE_S, Child, Kind, Outcome, outcome
+from launcher.run.supervisor import FAILED_ATTEMPT_GRACE_S, Child, Ending, EndKind, outcome
 from launcher.runstate import Decision, Phase
 from launcher.units import format_duration
 from launcher.vllm.signatures import DISTRIBUTED_INIT, ENGINE_DEAD
@@ -90,7 +90,7 @@ class CompletionCheck:
 
 def watch(child: Child, stop: threading.Event, *, probe_health: Callable[[], health.Probe], interval_s: float,
           failures: int, tick: Callable[[], None], clock: Callable[[], float] = time.monotonic,
-          reload: threading.Event | None = None, completion: CompletionCheck | None = None) -> Outcome:
+          reload: threading.Event | None = None, completion: CompletionCheck | None = None) -> Ending:
     """After READY: return when we are stopped, asked to reload, or the engine dies: it exits, `failures`
     probes fail in a row (/health, or the periodic completion), or vLLM logs its death and /health agrees.
 
@@ -103,19 +103,20 @@ def watch(child: Child, stop: threading.Event, *, probe_health: Callable[[], hea
     suspect: str | None = None  # a death line read: probe /health at once
     while True:
         if stop.is_set():
-            return outcome(child, Kind.STOPPED, "stop requested")
+            return outcome(child, EndKind.STOPPED, "stop requested")
         if reload is not None and reload.is_set():
             reload.clear()
-            return outcome(child, Kind.RELOAD, "SIGHUP")
+            return outcome(child, EndKind.RELOAD, "SIGHUP")
         try:
-            event = child.pump.events.get(timeout=0.5)
+            message = child.pump.messages.get(timeout=0.5)
         except queue.Empty:
-            event = None
+            message = None
+        event = message.event if message is not None and message.mark is Mark.LINE else None
         if event is not None and event.kind == "failure" and event.failure in (ENGINE_DEAD, DISTRIBUTED_INIT):
             suspect, next_probe = event.message, clock()
-        if event is EOF or child.popen.poll() is not None:
+        if message is EOF or child.popen.poll() is not None:
             child.pump.join(timeout=2.0)
-            return outcome(child, Kind.ENGINE_DEAD, f"vLLM exited with {child.popen.wait()} while serving")
+            return outcome(child, EndKind.ENGINE_DEAD, f"vLLM exited with {child.popen.wait()} while serving")
         tick()
         now = clock()
         if now >= next_snapshot:
@@ -141,7 +142,7 @@ def watch(child: Child, stop: threading.Event, *, probe_health: Callable[[], hea
                             verdict=str(answered.verdict), **_work_fields(answered))
             completion.next_at = now + (0.0 if retry_at_once else completion.interval_s)
             if wedged >= failures:
-                return outcome(child, Kind.ENGINE_DEAD, f"/health answers but {wedged} 1-token completions in a row "
+                return outcome(child, EndKind.ENGINE_DEAD, f"/health answers but {wedged} 1-token completions in a row "
                                                      "failed while vLLM generated no token "
                                                      "(launcher.health.completion_interval): the engine is wedged")
         if now >= next_probe:
@@ -157,9 +158,9 @@ def watch(child: Child, stop: threading.Event, *, probe_health: Callable[[], hea
             else:
                 failed += 1
                 if suspect is not None:
-                    return outcome(child, Kind.ENGINE_DEAD, suspect)
+                    return outcome(child, EndKind.ENGINE_DEAD, suspect)
         if failed >= failures:
-            return outcome(child, Kind.ENGINE_DEAD, f"/health failed {failed} times in a row")
+            return outcome(child, EndKind.ENGINE_DEAD, f"/health failed {failed} times in a row")
 
 
 def _work_fields(result: ProbeResult) -> dict[str, float]:
@@ -184,7 +185,7 @@ def read_metrics(base_url: str, timeout_s: float, ca_file: str | None = None) ->
                    if status == 200 else None)
 
 
-def serve(session: Session) -> Outcome:
+def serve(session: Session) -> Ending:
     """Watch the ready child until it dies or we are stopped."""
     child = session.child
     if child is None:
@@ -210,7 +211,7 @@ def serve(session: Session) -> Outcome:
                  reload=session.reload, completion=completion)
 
 
-def restart_or_give_up(session: Session, outcome: Outcome) -> None:
+def restart_or_give_up(session: Session, outcome: Ending) -> None:
     """The engine died while serving: stop what is left, back off, and let the daemon start again (or give up)."""
     policy = session.profile.launcher.restart
     log.error("restart.engine_dead", attempt=outcome.attempt, detail=outcome.detail,

@@ -28,10 +28,8 @@ from launcher.run import sdnotify, state, supervisor
 from launcher.run.gpurelease import Baseline
 from launcher.run.logpump import RotatingFile
 from launcher.run.processes import reap_orphans
-from launcher.run.progress import CacheGrowth
 from launcher.runstate import Capacity
 from launcher.vllm.command import Plan
-from launcher.vllm.signatures import LogEvent
 from launcher.vllm.versions import VersionSemantics
 
 log = structlog.get_logger("vllm_launch")
@@ -112,7 +110,7 @@ class Ready:
 @dataclass
 class Session:
     """The mutable state of one run. Each field has one writer: the daemon (`config`, `installed`, `ready`),
-    startup (`attempts`, `same_flags_retries`, `download`), serving (`restarts`), prelaunch (`gpu_baseline`)
+    startup and the attempt (`attempts`, `same_flags_retries`), serving (`restarts`), prelaunch (`gpu_baseline`)
     and this module (`child`, `stopped_pids`, the clocks)."""
 
     config: RunConfig
@@ -121,7 +119,6 @@ class Session:
     reload: threading.Event = field(default_factory=threading.Event)  # SIGHUP: read the profile again
     installed: Installed | None = None
     ready: Ready | None = None  # set by the daemon from startup.start; None while starting or restarting
-    download: CacheGrowth | None = None  # the model's HF cache folder, watched while an attempt starts
     gpu_baseline: Baseline | None = None  # GPU memory used before our first launch (None: no GPU)
     stopped_pids: frozenset[int] = frozenset()  # every process of the last attempt: its GPU memory is ours
     attempts: list[Attempt] = field(default_factory=list)
@@ -153,17 +150,11 @@ class Session:
     def notify(self, **fields: str | int) -> None:
         sdnotify.notify(fields, self.environ)
 
-    def on_event(self, event: LogEvent) -> None:
-        if event.kind == "kv_tokens":
-            log.info("vllm.capacity", **{k: v for k, v in event.values.items() if v is not None})
-        elif event.kind == "progress" and event.values.get("phase"):
-            self.store.data["loading_phase"] = event.values["phase"]
-        elif event.kind == "failure" and event.fatal == "specific":
-            log.info("vllm.fatal_line", failure=event.failure, reason=event.reason, line=event.message[:300])
-
-    def tick(self, child: supervisor.Child) -> None:
+    def tick(self, child: supervisor.Child, download_growth: float = 0.0) -> None:
+        """In every wait of the run: the watchdog, systemd's start timeout while loading progresses (output, or
+        a download's growth at `download_growth`), orphans reaped, the process record kept current."""
         now = time.monotonic()
-        last_progress = max(child.pump.last_output, self.download.last_growth if self.download else 0.0)
+        last_progress = max(child.pump.last_output, download_growth)
         if not self.serving and now - self.last_extend >= EXTEND_EVERY_S and now - last_progress < EXTEND_EVERY_S:
             # Loading progresses: push systemd's start timeout out by one stall period.
             self.last_extend = now

@@ -1,37 +1,32 @@
-"""Start-up: attempts until one is ready, each spawned, watched to READY and checked against the capacity gate.
+"""Start-up: attempts until one is ready, and the READY record.
 
-tenacity decides *when* the next attempt starts (no wait after a change the ladder
-made, exponential backoff when the same flags are retried); `ladder.next_step`
-decides *what* changes.
+Each attempt (spawn, watch to a verdict, stop) is run/attempt.py's; `ladder.next_step` decides *what*
+the next one changes; tenacity decides *when* it starts (no wait after a change the ladder made,
+exponential backoff when the same flags are retried).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, stop_when_event_set
 
 from launcher.config.profile import FlagValue
-from launcher.errors import ConfigError, LadderExhausted
+from launcher.errors import LadderExhausted
 from launcher.gpu.match import match_gpu
 from launcher.plan import calibration
-from launcher.run import agentprobe, gpurelease, health, ladder, listener, logs, progress, state, supervisor
+from launcher.run import attempt, ladder, logs, state, supervisor
 from launcher.run.compilecache import cache_dir, move_compile_cache
-from launcher.run.logpump import RotatingFile
-from launcher.run.oomkill import explain_oom, oom_kill_count
-from launcher.run.readiness import ReadyCheck, capacity_gate, unchecked_requirement, wait_ready
+from launcher.run.readiness import unchecked_requirement
 from launcher.run.retry import Backoff
-from launcher.run.session import Attempt, Ready, Session, Stopped
-from launcher.run.supervisor import Kind
+from launcher.run.session import Ready, Session, Stopped
+from launcher.run.supervisor import Child, Ending, EndKind
 from launcher.runstate import Capacity, Decision, Phase
 from launcher.units import format_duration
-from launcher.vllm import api, command
-from launcher.vllm.signatures import LogEvent
+from launcher.vllm import command
 
 log = structlog.get_logger("vllm_launch")
 
@@ -39,13 +34,17 @@ log = structlog.get_logger("vllm_launch")
 class AttemptFailed(Exception):
     """One start-up attempt failed; tenacity retries with the ladder's next overrides."""
 
-    def __init__(self, outcome: supervisor.Outcome) -> None:
+    def __init__(self, outcome: supervisor.Ending) -> None:
         super().__init__(outcome.detail)
         self.outcome = outcome
 
 
-def start(session: Session, overrides: dict[str, FlagValue | None]) -> Ready:
-    """Attempts until one is ready; returns it (the overrides that worked, its plan and capacity)."""
+RunAttempt = Callable[[Session, Mapping[str, FlagValue | None]], tuple[Ending, Child | None]]
+
+
+def start(session: Session, overrides: dict[str, FlagValue | None], *, run_attempt: RunAttempt = attempt.run) -> Ready:
+    """Attempts until one is ready; returns it (the overrides that worked, its plan and capacity).
+    `run_attempt` is one attempt (run/attempt.py); the unit tests replay histories through it."""
     prof = session.profile
     tried: list[Mapping[str, FlagValue | None]] = []
 
@@ -71,10 +70,10 @@ def start(session: Session, overrides: dict[str, FlagValue | None]) -> Ready:
             with retry:
                 if session.stop.is_set():
                     raise Stopped
-                outcome, ready = attempt(session, overrides)
-                if ready is not None:
-                    return ready
-                if outcome.kind is Kind.STOPPED:
+                outcome, child = run_attempt(session, overrides)
+                if child is not None:
+                    return _ready(session, child, child.plan, outcome, overrides)
+                if outcome.kind is EndKind.STOPPED:
                     raise Stopped
                 once = list(session.store.data.get("ladder_once") or [])  # once-per-run steps taken (state)
                 step = ladder.next_step(prof, overrides, outcome.diagnosis, version=session.vllm.semantics,
@@ -92,13 +91,10 @@ def start(session: Session, overrides: dict[str, FlagValue | None]) -> Ready:
                                               counter="ladder_steps")
                 overrides = dict(step.overrides)
                 raise AttemptFailed(outcome)
-    except ladder.Stop as stop:
+    except (ladder.Stop, ladder.Exhausted) as stop:
         if session.stop.is_set():
             raise Stopped from None
-        summary = session.attempts_summary()
-        if isinstance(stop, ladder.Exhausted):
-            raise LadderExhausted(f"{stop} — attempts: {summary}") from None
-        raise ConfigError(f"{stop} — attempts: {summary}") from None
+        raise type(stop)(f"{stop} — attempts: {session.attempts_summary()}") from None
     except AttemptFailed:
         if session.stop.is_set():
             raise Stopped from None
@@ -107,140 +103,7 @@ def start(session: Session, overrides: dict[str, FlagValue | None]) -> Ready:
     raise Stopped  # tenacity stopped because the stop event is set
 
 
-def attempt(session: Session, overrides: Mapping[str, FlagValue | None]) -> tuple[supervisor.Outcome, Ready | None]:
-    """One attempt: spawn vLLM with these overrides, wait for READY or failure, stop it if it failed."""
-    prof = session.profile
-    number = len(session.attempts) + 1
-    record = Attempt(number, dict(overrides))
-    session.attempts.append(record)
-    plan = command.build_plan(prof, overrides, vllm_bin=session.vllm.vllm_bin, catalog=session.vllm.catalog,
-                              placement=session.config.placement)
-    _wait_for_gpu_memory(session)
-    oom_before = oom_kill_count()  # the OOM killer leaves no line in vLLM's log: its cgroup counts the kills
-    sink = RotatingFile(prof.launcher.log_file, prof.launcher.log_max_bytes,
-                        prof.launcher.log_backups) if prof.launcher.log_file else None
-    rung = plan.describe_overrides()
-    if not session.config.worker:
-        listener.check_port(prof.host, prof.port)  # before every launch: a port taken while vLLM was down
-    child = session.spawn(plan, attempt=number, sink=sink, block_size=ladder.block_size(plan.flags))
-    log.info("attempt.started", attempt=number, pid=child.pid, overrides=dict(overrides), argv=list(plan.argv))
-    trust = api.certificate_trust(plan.base_url, plan.ca_file)
-    if trust is not None and number == 1:  # how every probe of this run checks vLLM's certificate, said once
-        log.info("tls.certificate", url=plan.base_url, certificate=trust)
-    session.store.update(phase=Phase.STARTING, attempt=number, child=supervisor.describe(child), rung=dict(overrides),
-                         rung_description=rung, url=plan.base_url, tls=trust, served_model_name=plan.served_model_name,
-                         vllm_version=session.vllm.semantics.version, log_file=str(prof.launcher.log_file or ""))
-    session.notify(STATUS=f"attempt {number}: starting vLLM ({rung})")
-    api_key = session.vllm.secrets.get("VLLM_API_KEY")
-    # Every probe proves, before it sends a byte (the key above all), that our own child holds the server's end.
-    # A headless rank probes its head on another node: no socket table of ours can prove that one.
-    ours = None if session.config.worker else functools.partial(listener.verify_connection, ours=child.live_pids)
-    check = ReadyCheck(
-        health=lambda: health.check_health(plan.base_url, ca_file=plan.ca_file, verify=ours),
-        models=lambda: health.check_models(plan.base_url, plan.served_model_name, api_key, ca_file=plan.ca_file,
-                                           verify=ours),
-        completion=(lambda: health.check_completion(plan.base_url, plan.served_model_name, api_key,
-                                                    ca_file=plan.ca_file, verify=ours))
-        if prof.launcher.health.completion_probe else None)
-    if ours is not None and agentprobe.wanted(prof.launcher.agent_probe, plan.flags):
-        check = dataclasses.replace(check, agent=lambda: _agent_probe(session, plan, number, api_key, ours))
-    if session.config.worker:
-        # A headless rank serves no API: it is ready when its own vLLM says it joined the group (its place in
-        # the world, loading, its KV cache) and its head answers (plan.base_url is the head's). Something else
-        # answering on the head's port proves nothing about this rank.
-        def joined() -> health.Probe:
-            with child.pump.lock:
-                member = child.pump.diagnoser.joined
-            if not member:
-                return health.Probe(False, "this rank has not joined its group yet")
-            return health.Probe(child.popen.poll() is None, "this rank joined the group and its head serves")
-
-        check = dataclasses.replace(check, completion=None, models=joined)
-    growth = progress.CacheGrowth(prof.model, {**session.environ, **prof.env})
-    phases = progress.PhaseReporter(growth)
-    session.download = growth
-
-    def on_event(event: LogEvent) -> None:
-        session.on_event(event)
-        phases.on_event(event)
-
-    def tick() -> None:
-        phases.tick()
-        session.tick(child)
-
-    def on_acquit(event: LogEvent, why: str) -> None:
-        """A failure line the start-up survived: a warning for the operator, never the end of the attempt."""
-        log.warning("attempt.line_acquitted", attempt=number, line=event.message[:300], failure=event.failure,
-                    reason=event.reason, why=why)
-        _warn(session, {"attempt": number, "line": event.message[:300], "class": event.failure, "why": why})
-
-    outcome = wait_ready(child, session.stop, check, on_event=on_event, tick=tick,
-                         last_progress=lambda: growth.last_growth, confirm_window_s=prof.launcher.confirm_window_s,
-                         on_acquit=on_acquit)
-    if outcome.kind is Kind.STOPPED:
-        record.outcome = "stopped"
-        return outcome, None  # the daemon's shutdown stops the child (start-up grace) and reports its exit and leftovers
-    if outcome.kind is Kind.READY:
-        gated = capacity_gate(prof.launcher.require, outcome, plan, ladder.block_size(plan.flags))
-        if gated is None:
-            record.outcome = "ready"
-            return outcome, _ready(session, child, plan, outcome, overrides)
-        outcome = gated
-    report = session.stop_child(supervisor.FAILED_ATTEMPT_GRACE_S)
-    outcome = dataclasses.replace(outcome, diagnosis=explain_oom(outcome.diagnosis, oom_before, oom_kill_count()))
-    record.outcome, record.cls, record.detail = outcome.kind, outcome.diagnosis.cls, outcome.detail
-    d = outcome.diagnosis
-    log.warning("attempt.failed", attempt=number, outcome=outcome.kind, failure=d.cls, reason=d.reason,
-                root_cause=d.root_cause, detail=outcome.detail, returncode=report.returncode if report else None,
-                numbers=dict(d.numbers), tail=list(outcome.tail[-8:]) if d.cls == "unknown" else None)
-    session.notify(STATUS=f"attempt {number} failed: {d.cls}")
-    return outcome, None
-
-
-def _agent_probe(session: Session, plan: command.Plan, number: int, api_key: str | None,
-                 verify: health.Verify) -> agentprobe.AgentCheck:
-    """The agent probe (run/agentprobe.py) against our own server; its verdict and evidence go to state."""
-    started = time.monotonic()
-    verdict = agentprobe.probe(plan.base_url, plan.served_model_name, api_key,
-                               timeout=session.profile.launcher.health.completion_timeout_s,
-                               tool_call_parser=_text_flag(plan, "tool-call-parser"),
-                               reasoning_parser=_text_flag(plan, "reasoning-parser"), verify=verify,
-                               ca_file=plan.ca_file)
-    seconds = round(time.monotonic() - started, 2)
-    session.store.update(agent={**verdict.to_dict(), "attempt": number, "seconds": seconds})
-    if verdict.verdict is agentprobe.AgentVerdict.INCONCLUSIVE:
-        log.warning("agent.probe", attempt=number, verdict=verdict.verdict, detail=verdict.detail, seconds=seconds)
-        _warn(session, {"attempt": number, "text": f"agent probe inconclusive: {verdict.detail}"})
-    else:
-        (log.error if verdict.failed else log.info)("agent.probe", attempt=number, verdict=verdict.verdict,
-                                                    detail=verdict.detail, parser=verdict.parser,
-                                                    evidence=verdict.evidence, seconds=seconds)
-    return verdict
-
-
-def _text_flag(plan: command.Plan, name: str) -> str | None:
-    value = plan.flags.get(name)
-    return value if isinstance(value, str) else None
-
-
-def _warn(session: Session, warning: dict[str, Any]) -> None:
-    """A warning `status` shows (state keeps the latest few)."""
-    warnings = [*(session.store.data.get("warnings") or []), warning]
-    session.store.update(warnings=warnings[-state.MAX_WARNINGS:])
-
-
-def _wait_for_gpu_memory(session: Session) -> None:
-    """The previous attempt's memory must be back before the next launch (run/gpurelease.py)."""
-    if session.gpu_baseline is None:
-        return
-    probe = session.probe()
-    if probe is not None and not gpurelease.wait_for_release(probe, session.gpu_baseline, session.wait,
-                                                             ours=session.stopped_pids,
-                                                             timeout_s=session.profile.launcher.gpu_release_timeout_s):
-        raise Stopped
-
-
-def _ready(session: Session, child: supervisor.Child, plan: command.Plan, outcome: supervisor.Outcome,
+def _ready(session: Session, child: supervisor.Child, plan: command.Plan, outcome: supervisor.Ending,
            overrides: Mapping[str, FlagValue | None]) -> Ready:
     """READY: record the capacity and the rung that worked, tell systemd, print the summary."""
     numbers = outcome.diagnosis.numbers
@@ -267,7 +130,7 @@ def _ready(session: Session, child: supervisor.Child, plan: command.Plan, outcom
     unchecked = unchecked_requirement(session.profile.launcher.require, outcome)
     if unchecked is not None:
         log.warning("ready.require_unchecked", attempt=child.attempt, why=unchecked)
-        _warn(session, {"attempt": child.attempt, "text": unchecked})
+        attempt.warn(session, {"attempt": child.attempt, "text": unchecked})
         status += "; launcher.require NOT checked (no KV figure in vLLM's log)"
     session.notify(READY=1, STATUS=status)
     log.info("ready", attempt=child.attempt, url=plan.base_url, served_model_name=plan.served_model_name,

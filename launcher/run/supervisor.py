@@ -104,7 +104,7 @@ class Child:
                              why="it left vLLM's process tree (a double fork); it is stopped with the tree")
 
 
-class Kind(enum.StrEnum):
+class EndKind(enum.StrEnum):
     """How an attempt (or a serving period) ended."""
 
     READY = "ready"
@@ -116,10 +116,10 @@ class Kind(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class Ending:
     """How an attempt (or a serving period) ended."""
 
-    kind: Kind
+    kind: EndKind
     attempt: int
     diagnosis: Diagnosis
     returncode: int | None = None
@@ -197,13 +197,13 @@ def spawn(plan: Plan, *, attempt: int, secrets: Mapping[str, str], sink: Rotatin
     return Child(attempt, plan, proc, pump, time.monotonic(), created, {proc.pid: created})
 
 
-def outcome(child: Child, kind: Kind, detail: str, max_model_len: int | None = None) -> Outcome:
+def outcome(child: Child, kind: EndKind, detail: str, max_model_len: int | None = None) -> Ending:
     diagnosis = child.pump.diagnosis()
     if max_model_len is not None:
         diagnosis = Diagnosis(diagnosis.cls, diagnosis.reason, diagnosis.root_cause,
                               {**diagnosis.numbers, "served_max_model_len": max_model_len}, diagnosis.state,
                               diagnosis.line_number)
-    return Outcome(kind, child.attempt, diagnosis, child.popen.poll(), tuple(child.pump.tail), detail)
+    return Ending(kind, child.attempt, diagnosis, child.popen.poll(), tuple(child.pump.tail), detail)
 
 
 def stop_tree(child: Child, grace_s: float, *, tick: Callable[[], None] = lambda: None,

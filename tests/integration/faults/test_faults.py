@@ -187,8 +187,11 @@ class TestEngineFaults:
 class TestStopFaults:
     def test_sigterm_during_restart_backoff(self, launch: Callable[..., Launcher], port: int,
                                             recovery: dict[str, float]) -> None:
+        # The engine dies once the server is READY (2 s is room for the probes on a loaded machine; 0.5 s was
+        # not always), so the backoff waited in is the restart's, not a failed start-up's.
         lau = launch(profile(port, launcher="  restart: {backoff: [30s, 5m]}\n"),
-                     scenarios=[{"log": OK, "die_after_s": 0.5}])
+                     scenarios=[{"log": OK, "die_after_s": 2.0}])
+        lau.wait_event("ready", 30)
         lau.wait_event("restart.backoff", 30)
         asked = time.monotonic()
         lau.signal(signal.SIGTERM)

@@ -3,7 +3,6 @@ and what the JSON Schema and docs/profile.md say; editors and the launcher agree
 
 from __future__ import annotations
 
-import inspect
 import json
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from launcher.config.load import loads
 from launcher.config.profile import HealthPolicy, LadderBounds, LauncherSettings, Requirements, RestartPolicy
 from launcher.config.settings import SETTINGS
 from launcher.errors import ProfileError
-from launcher.run import gpurelease, readiness
+from launcher.run import attempt, gpurelease
 from tests.conftest import CONFIGS, ROOT
 
 SCHEMA = json.loads((ROOT / "docs" / "profile.schema.json").read_text(encoding="utf-8"))
@@ -123,4 +122,4 @@ def test_the_defaults_are_the_same_everywhere() -> None:
                                                  loaded.gpu_release_timeout_s, loaded.confirm_window_s,
                                                  loaded.log_max_bytes)
     assert loaded.gpu_release_timeout_s == gpurelease.RELEASE_TIMEOUT_S
-    assert loaded.confirm_window_s == inspect.signature(readiness.wait_ready).parameters["confirm_window_s"].default
+    assert loaded.confirm_window_s == attempt.CONFIRM_WINDOW_S

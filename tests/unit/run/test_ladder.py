@@ -8,6 +8,7 @@ import pytest
 
 from launcher.config import profile
 from launcher.config.load import loads
+from launcher.errors import LauncherError
 from launcher.run import ladder
 from launcher.vllm.diagnose import Diagnosis
 from launcher.vllm.versions import semantics
@@ -118,8 +119,8 @@ class TestStops:
     @pytest.mark.parametrize(("p", "overrides", "d", "code", "words"), STOPS)
     def test_stop_with_the_arithmetic(self, p: profile.Profile, overrides: dict[str, Any], d: Diagnosis, code: int,
                                       words: str) -> None:
-        """Config errors stop at once (78); a ladder with nothing left is exhausted (75)."""
-        with pytest.raises(ladder.Stop) as caught:
+        """Config errors stop at once (78); a ladder with nothing left is exhausted (75): launcher errors both."""
+        with pytest.raises(LauncherError) as caught:
             ladder.next_step(p, overrides, d, version=V33)
         assert code == caught.value.exit_code
         assert words in str(caught.value)

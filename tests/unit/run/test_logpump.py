@@ -30,10 +30,10 @@ def test_a_line_that_breaks_the_classifier_is_skipped_and_reading_goes_on() -> N
     p = pump(b"INFO one\nBOOM\nINFO three\n", diagnoser=Fragile())
     assert list(p.tail)[-1] == "INFO three"
     assert p.warned == {"diagnosis"}
-    events = []
-    while not p.events.empty():
-        events.append(p.events.get_nowait())
-    assert events[-1] is logpump.EOF
+    messages = []
+    while not p.messages.empty():
+        messages.append(p.messages.get_nowait())
+    assert messages[-1] is logpump.EOF
 
 
 def test_a_line_without_a_newline_is_cut_into_bounded_pieces() -> None:
@@ -89,8 +89,10 @@ def test_carriage_return_redraws_are_lines_and_progress() -> None:
     assert p.tail[0] == "Loading safetensors checkpoint shards:  0% Completed | 0/4 [00:01<00:03]"
     assert len(p.tail) == 6 and list(p.tail)[-1] == "INFO done"
     events = []
-    while not p.events.empty():
-        events.append(p.events.get_nowait())
+    while not p.messages.empty():
+        message = p.messages.get_nowait()
+        if message.mark is logpump.Mark.LINE and message.event is not None:
+            events.append(message.event)
     percents = [e.values.get("percent") for e in events if e.kind == "progress"]
     assert percents == [0, 25, 50, 75, 100]
 

@@ -6,7 +6,7 @@ from launcher.config.load import loads
 from launcher.config.profile import Requirements
 from launcher.run import ladder
 from launcher.run.readiness import capacity_gate
-from launcher.run.supervisor import Outcome
+from launcher.run.supervisor import Ending
 from launcher.vllm import command
 from launcher.vllm.diagnose import Diagnosis
 from launcher.vllm.versions import semantics
@@ -15,9 +15,9 @@ AUTO = "model: m\nvllm: {host: 127.0.0.1, max-model-len: auto}\nlauncher: {devic
 NONE = Requirements(min_sessions=None, min_kv_tokens=None)
 
 
-def ready(tokens: int, served: int) -> Outcome:
+def ready(tokens: int, served: int) -> Ending:
     numbers = {"kv_tokens": tokens, "served_max_model_len": served}
-    return Outcome("ready", 1, Diagnosis("ok", None, None, numbers, "serving"))
+    return Ending("ready", 1, Diagnosis("ok", None, None, numbers, "serving"))
 
 
 def test_auto_fitted_to_the_whole_pool_is_started_again_one_block_lower() -> None:

@@ -31,7 +31,7 @@ def child() -> Iterator[supervisor.Child]:
 
 
 def watch(child: supervisor.Child, health: list[bool], completion: serving.CompletionCheck | None = None,
-          stop_after_s: float = 3.0) -> supervisor.Outcome:
+          stop_after_s: float = 3.0) -> supervisor.Ending:
     stop = threading.Event()
     threading.Timer(stop_after_s, stop.set).start()
     answers = iter(health)
@@ -98,7 +98,7 @@ def probe_that_times_out(sent: list[float], stop: threading.Event, after: int) -
 
 
 def watch_until(child: supervisor.Child, check: serving.CompletionCheck, stop: threading.Event
-                ) -> supervisor.Outcome:
+                ) -> supervisor.Ending:
     threading.Timer(60, stop.set).start()  # a bound for a broken watch only; the probes end the test
     return serving.watch(child, stop, probe_health=lambda: Probe(True, "/health 200"), interval_s=0.05, failures=3,
                          tick=lambda: None, completion=check)

@@ -17,7 +17,7 @@ import pytest
 
 from launcher.config.load import loads
 from launcher.errors import ConfigError, TransientFailure
-from launcher.run import logpump, processes, readiness, supervisor
+from launcher.run import attempt, logpump, processes, supervisor
 from launcher.run.health import Probe
 from launcher.vllm import command
 from tests.integration.harness import poll_for
@@ -95,9 +95,9 @@ class TestChild:
         sink = logpump.RotatingFile(tmp_path / "vllm.log", 10**6, 1)
         child = supervisor.spawn(plan_for([sys.executable, "-c", TREE]), attempt=1, secrets={"VLLM_API_KEY": "k"},
                                  sink=sink, echo=False)
-        check = readiness.ReadyCheck(health=lambda: Probe(False, "down"), models=lambda: Probe(False, "down"))
+        check = attempt.ReadyCheck(health=lambda: Probe(False, "down"), models=lambda: Probe(False, "down"))
         events: list[str] = []
-        outcome = readiness.wait_ready(child, threading.Event(), check, on_event=lambda e: events.append(e.kind))
+        outcome = attempt.watch(child, threading.Event(), check, hooks=attempt.Hooks(on_line=lambda e: events.append(e.kind)))
         assert ("failed", "no_cache_blocks") == (outcome.kind, outcome.diagnosis.cls)
         poll_for(lambda: len(psutil.Process(child.pid).children(recursive=True)) >= 2, 10, "the grandchildren")
         child.remember_descendants()
