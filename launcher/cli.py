@@ -224,22 +224,28 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     from launcher.config.load import load
     from launcher.plan import render
     from launcher.run import ladder
-    from launcher.vllm.diagnose import diagnose_lines
+    from launcher.vllm.diagnose import diagnose_log
+    from launcher.vllm.phases import short
 
     try:
         if args.logfile == "-":
-            diagnosis = diagnose_lines(sys.stdin)
+            diagnosis, clock = diagnose_log(sys.stdin)
         else:
             with open(args.logfile, encoding="utf-8", errors="replace") as handle:
-                diagnosis = diagnose_lines(handle)
+                diagnosis, clock = diagnose_log(handle)
     except OSError as exc:
         raise UsageError(f"cannot read {args.logfile}: {exc.strerror}") from None
     prof = load(args.profile) if args.profile else None
     remedy = ladder.describe_remedy(diagnosis, prof)
     if args.json:
-        _print_json({**diagnosis.to_dict(), "remedy": remedy})
+        _print_json({**diagnosis.to_dict(), "remedy": remedy, "phases": clock.to_dict()})
     else:
         print(render.diagnosis_text(diagnosis, remedy, args.logfile))
+        phases = clock.seconds()
+        if phases:
+            total = clock.total()
+            print(f"  {'phases':<18}{short(phases, clock.compile_cache, limit=len(phases))}"
+                  + (f" (start-up {total:.0f}s)" if total is not None else ""))
     return EX_OK
 
 

@@ -62,7 +62,7 @@ _QUIET_GATE = re.compile(
     r"|Application startup|Shutting down|\[shutdown\] API|Replace|Engine 0|Uvicorn running|Free memory"
     r"|vLLM instance|GiB,? kv_cache_size|Based on the available|\{'model|Namespace\("
     r"|_seq_len=|_gpu_blocks is|Failed to extract|The following fields|-default args| in world size"
-    r"|Exception in ASGI")
+    r"|Exception in ASGI|Directly load|\.compile t|\(profile, create")
 # vLLM's own retry of a Hub lookup (`with_retry`): `<what>: <error>, retrying 1 of 2`. The call is tried
 # again, so the error it names is not the attempt's end (the last try, if it fails, prints no such tail).
 _RETRYING = re.compile(r", retrying \d+ of \d+\s*$")

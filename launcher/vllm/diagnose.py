@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from launcher.vllm.classify import classify, normalize
+from launcher.vllm.phases import PhaseClock, line_time, timed
 from launcher.vllm.signatures import (
     CONFIG,
     DISTRIBUTED_INIT,
@@ -349,6 +350,18 @@ def diagnose_lines(lines: Iterable[str], block_size: int = DEFAULT_BLOCK_SIZE) -
     for line in lines:
         diagnoser.feed(line)
     return diagnoser.diagnosis()
+
+
+def diagnose_log(lines: Iterable[str], block_size: int = DEFAULT_BLOCK_SIZE) -> tuple[Diagnosis, PhaseClock]:
+    """`diagnose_lines`, and where the start-up's time went (each timed line at its own timestamp)."""
+    diagnoser, clock = Diagnoser(block_size), PhaseClock()
+    for line in lines:
+        event = diagnoser.feed(line)
+        if clock.first is None:
+            clock.first = line_time(line)  # the start-up's total counts from the log's first timestamp
+        if event is not None and timed(event):
+            clock.feed(event, line_time(line))
+    return diagnoser.diagnosis(), clock
 
 
 def is_config(diagnosis: Diagnosis) -> bool:

@@ -99,9 +99,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?:Explicitly|Auto) set \((?P<available_kv_gib>[\d.]+)/(?P<total_gib>[\d.]+)\) GiB for KV cache",
          convert=_numbers(available_kv_gib="float", total_gib="float")),
     _sig("model_loading", "took",
-         r"(?:Model loading took (?P<model_loading_gib>[\d.]+) Gi?B(?: memory)?(?: and (?P<seconds>[\d.]+) seconds)?"
+         r"(?:Model loading took (?P<model_loading_gib>[\d.]+) Gi?B(?: memory)?(?: and (?P<model_loading_s>[\d.]+) seconds)?"
          r"|Loading model weights took (?P<model_loading_gb>[\d.]+) GB)",
-         convert=_numbers(model_loading_gib="float", model_loading_gb="float", seconds="float")),
+         convert=_numbers(model_loading_gib="float", model_loading_gb="float", model_loading_s="float")),
     _sig("kv_cache_memory_hint", "--kv-cache-memory=",
          r"--kv-cache-memory=(?P<kv_cache_memory_fit>-?\d+)` \([^)]*\) to fit into requested memory, "
          r"or `--kv-cache-memory=(?P<kv_cache_memory_full>-?\d+)",
@@ -125,6 +125,20 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("joined", "in world size", r"^rank (?P<rank>\d+) in world size (?P<world_size>\d+) is assigned as",
          convert=_numbers(rank="int", world_size="int")),
     # ---- progress: the phase a start-up is in (a CUDA OOM's reason is the phase it happened in)
+    # ---- where the start-up's time went: vLLM's own durations (launcher/vllm/phases.py); before the progress lines
+    _sig("info", "Loading weights took", r"^Loading weights took (?P<weights_s>[\d.]+) ?s",
+         convert=_numbers(weights_s="float")),
+    _sig("info", "torch.compile t", r"torch\.compile (?:takes|took) (?P<compile_s>[\d.]+) s in total",
+         convert=_numbers(compile_s="float")),
+    _sig("info", "Directly load", r"Directly load (?:the compiled graph|AOT compilation)",
+         convert=lambda g: {"compile_cache": "hit"}),
+    _sig("progress", "Compil", r"Compiling a graph for (?:dynamic shape|general shape|compile range "
+         r"\S.{0,80}?) takes|Compiling model again due to a load failure",
+         convert=lambda g: {"compile_cache": "miss", "phase": "compile"}),
+    _sig("info", "(profile, create", r"^init engine \(profile, create kv cache, warmup model\) took "
+         r"(?P<engine_init_s>[\d.]+) ?s", convert=_numbers(engine_init_s="float")),
+    _sig("progress", "Graph capturing finished in", r"Graph capturing finished in (?P<cuda_graphs_s>\d+) secs",
+         convert=lambda g: {"phase": "cuda_graphs", "cuda_graphs_s": float(g["cuda_graphs_s"] or 0)}),
     _sig("progress", "Starting to load model", r"^Starting to load model", convert=lambda g: {"phase": "weights"}),
     _sig("progress", "checkpoint shards", r"Loading \S{1,256} checkpoint shards:\s+(?P<percent>\d+)% Completed",
          convert=lambda g: {"phase": "weights", "percent": _int(g.get("percent"))}),
