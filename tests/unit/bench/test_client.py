@@ -77,8 +77,10 @@ def test_a_stream_is_timed_as_vllms_benchmark_times_it(url: str) -> None:
     result, answer = Server(url, KEY).chat("tiny", [{"role": "user", "content": "hi"}], max_tokens=3)
     assert result.ok and answer.text == "abc" and answer.calls == ()
     assert (result.input_tokens, result.output_tokens, result.cached_tokens) == (12, 3, 8)
-    assert 0.09 <= result.ttft_s < 0.2
-    assert len(result.itl_s) == 3 and 0.09 <= sum(result.itl_s) < 0.2
+    # The server waits 0.1 s before its first chunk and 0.05 s before each of the next two: the clock must see at
+    # least that (a busy machine only adds to it, so the bounds above are hang guards, not timings).
+    assert 0.09 <= result.ttft_s < 10
+    assert len(result.itl_s) == 3 and 0.09 <= sum(result.itl_s) < 10
     assert result.latency_s == pytest.approx(result.ttft_s + sum(result.itl_s), abs=1e-6)
 
 
