@@ -9,8 +9,10 @@ finds the real tree too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -127,6 +129,15 @@ class TreeWatcher(threading.Thread):
                 continue
         return alive
 
+    def kill_survivors(self) -> None:
+        """SIGKILL every remembered process still running as itself. vLLM's titled processes (VLLM::EngineCore,
+        VLLM::Worker) overwrite their environment, so the run's tag cannot find them: this list can."""
+        for pid, (created, _) in self.seen.items():
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(pid)
+                if abs(proc.create_time() - created) < 0.01:
+                    proc.kill()
+
     def stop(self) -> None:
         self._halt.set()
         self.join(timeout=2)
@@ -194,8 +205,15 @@ class RealLauncher(Launcher):
         return not self.our_processes() and not self.watcher.still_alive()
 
     def cleanup(self) -> None:
+        """A launcher still serving at the end is stopped as an operator would (SIGTERM: it stops vLLM's whole
+        tree); only then is anything left killed, the processes the watcher saw included."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=60)
         self.watcher.stop()
         super().cleanup()
+        self.watcher.kill_survivors()
 
 
 @dataclass(frozen=True)

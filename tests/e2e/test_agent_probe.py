@@ -39,6 +39,8 @@ def test_hermes_reads_its_own_markup_and_not_qwen3_coders(launch: Callable[..., 
     other = judge(*forced(port, "qwen3_coder"), tool_call_parser="hermes", reasoning_parser=None)
     assert (other.verdict, other.reason, other.parser) == (AgentVerdict.FAIL, "tool_calls_as_text", "qwen3_coder")
     assert f"<function={PROBE_FUNCTION}>" in str(other.evidence)
+    lau.signal()
+    assert 0 == lau.wait(60)
 
 
 def test_required_without_auto_tool_choice_is_never_ready(launch: Callable[..., RealLauncher]) -> None:
