@@ -1,8 +1,10 @@
-"""What state.json says, as types: the phase, the capacity, the decisions; and the one reader of it.
+"""What state.json says, as types: every key the daemon writes (`Written`), the phase, the capacity, the
+decisions; and the one reader of it (`State`).
 
-The daemon writes state.json (run/state.py); `status`, the metrics exporter and `bench --compare` read it
-here. The state directory is writable by the service user, and so by vLLM: every field read is checked
-for its type, and a field of the wrong type reads as absent, never as a crash or a wrong answer.
+The daemon writes state.json (run/state.py) through `Written`, so that a key written anywhere is declared
+here once with its type; `status`, the metrics exporter and `bench --compare` read it here. The state
+directory is writable by the service user, and so by vLLM: every field read is checked for its type, and a
+field of the wrong type reads as absent, never as a crash or a wrong answer.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from launcher.safefile import Unreadable
 from launcher.statedir import read_json
@@ -99,6 +101,52 @@ class Decision:
         return cls(_int(data.get("attempt"), MAX_ATTEMPT) or 0, _str(data.get("class")) or "unknown",
                    _str(data.get("change")) or "", _str(data.get("reason")) or "",
                    _number(data.get("time"), MAX_TIME) or 0.0)
+
+
+class Written(TypedDict, total=False):
+    """Every key of state.json, with the type its writer gives it: `StateStore.update(**fields)` takes these and
+    no other, so mypy checks each writer against this one declaration, and `State.from_dict` reads them back
+    (tests/unit/run/test_state.py keeps the two in step). Dicts nest what `status --json` shows as it is."""
+
+    # The run: who, what, since when (daemon.run)
+    profile: str
+    source: str
+    profile_digest: str
+    pid: int
+    started_at: float
+    stopped_at: float
+    restart_window_s: float
+    sets: list[str]  # --set overrides kept for status's drift; env values never (their keys go to env_sets)
+    env_sets: list[str]
+    phase: Phase
+    error: str | None
+    ladder_exhausted: bool
+    updated_at: float
+    # The attempt under way or serving (attempt._started, startup._ready)
+    attempt: int
+    child: dict[str, Any] | None  # supervisor.describe: PIDs and start times, never the environment
+    rung: dict[str, Any]
+    rung_description: str
+    url: str | None
+    tls: str | None
+    served_model_name: str | None
+    vllm_version: str | None
+    log_file: str
+    loading_phase: str
+    capacity: dict[str, Any] | None  # Capacity.to_dict
+    ready_at: float
+    time_to_ready_s: float
+    fp8_kv: bool | None
+    agent: dict[str, Any]  # the agent probe's verdict and evidence
+    warnings: list[dict[str, Any]]
+    tool_parser_errors: int
+    # What the daemon decided (StateStore.record_decision, the ladder, reload)
+    decisions: list[dict[str, Any]]  # Decision.to_dict, the latest MAX_DECISIONS
+    decisions_dropped: int
+    counts: dict[str, dict[str, int]]
+    ladder_once: list[str]
+    compile_cache: dict[str, Any]
+    reload: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

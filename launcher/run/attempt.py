@@ -28,7 +28,7 @@ import structlog
 from launcher.config.profile import FlagValue
 from launcher.config.settings import default_seconds
 from launcher.procstat import is_vllm_title
-from launcher.run import agentprobe, gpurelease, health, ladder, listener, progress, state, supervisor
+from launcher.run import agentprobe, gpurelease, health, ladder, listener, progress, state, supervisor, upkeep
 from launcher.run.agentprobe import AgentCheck
 from launcher.run.health import Probe
 from launcher.run.listener import NotOurServer
@@ -72,7 +72,9 @@ class Hooks:
 
 def run(session: Session, overrides: Mapping[str, FlagValue | None]) -> tuple[Ending, Child | None]:
     """One attempt: spawn vLLM with these overrides, watch it to a verdict, stop it if it failed. A ready
-    attempt returns its child (still serving); a failed or stopped one returns None with its outcome."""
+    attempt returns its child, still serving, and hands it over; a failed one returns None with its outcome.
+    The attempt stops its own child on every other way out: a signal hands it to the daemon's shutdown
+    (`Stopped.live`), and an error stops it before it propagates."""
     prof = session.profile
     number = len(session.attempts) + 1
     record = Attempt(number, dict(overrides))
@@ -85,10 +87,41 @@ def run(session: Session, overrides: Mapping[str, FlagValue | None]) -> tuple[En
                         prof.launcher.log_backups) if prof.launcher.log_file else None
     if not session.config.worker:
         listener.check_port(prof.host, prof.port)  # before every launch: a port taken while vLLM was down
-    child = session.spawn(plan, attempt=number, sink=sink, block_size=ladder.block_size(plan.flags))
+    echo = session.config.console and (session.config.verbose or prof.launcher.log_file is None)
+    child = supervisor.spawn(plan, attempt=number, secrets=session.vllm.secrets, sink=sink, echo=echo,
+                             environ=session.environ, block_size=ladder.block_size(plan.flags))
+    try:
+        verdict = _verdict(session, child, overrides)
+    except Stopped:
+        record.outcome = "stopped"
+        raise Stopped(child) from None
+    except BaseException:
+        upkeep.stop(session, child, supervisor.FAILED_ATTEMPT_GRACE_S)
+        raise
+    if verdict.kind is EndKind.READY:
+        record.outcome = "ready"
+        return verdict, child
+    if verdict.kind is EndKind.STOPPED:
+        record.outcome = "stopped"
+        raise Stopped(child)  # the daemon's shutdown stops it (start-up grace) and reports its exit and leftovers
+    report = upkeep.stop(session, child, supervisor.FAILED_ATTEMPT_GRACE_S)
+    verdict = dataclasses.replace(verdict, diagnosis=explain_oom(verdict.diagnosis, oom_before, oom_kill_count()))
+    record.outcome, record.cls, record.detail = verdict.kind, verdict.diagnosis.cls, verdict.detail
+    d = verdict.diagnosis
+    log.warning("attempt.failed", attempt=number, outcome=verdict.kind, failure=d.cls, reason=d.reason,
+                root_cause=d.root_cause, detail=verdict.detail, returncode=report.returncode,
+                numbers=dict(d.numbers), tail=list(verdict.tail[-8:]) if d.cls == "unknown" else None)
+    session.notify(STATUS=f"attempt {number} failed: {d.cls}")
+    return verdict, None
+
+
+def _verdict(session: Session, child: Child, overrides: Mapping[str, FlagValue | None]) -> Ending:
+    """Watch the spawned child to its verdict, with the gate a ready server must still pass."""
+    prof, number, plan = session.profile, child.attempt, child.plan
     _started(session, child, overrides)
     growth = progress.CacheGrowth(prof.model, {**session.environ, **prof.env})
     phases = progress.PhaseReporter(growth)
+    keep = upkeep.Upkeep(session, child)
 
     def on_line(event: LogEvent) -> None:
         _said(session, event)
@@ -96,7 +129,7 @@ def run(session: Session, overrides: Mapping[str, FlagValue | None]) -> tuple[En
 
     def tick() -> None:
         phases.tick()
-        session.tick(child, growth.last_growth)
+        keep.tick(growth.last_growth)
 
     def on_acquit(event: LogEvent, why: str) -> None:
         """A failure line the start-up survived: a warning for the operator, never the end of the attempt."""
@@ -108,21 +141,7 @@ def run(session: Session, overrides: Mapping[str, FlagValue | None]) -> tuple[En
                     hooks=Hooks(on_line, on_acquit, tick, lambda: growth.last_growth))
     if verdict.kind is EndKind.READY:
         verdict = capacity_gate(prof.launcher.require, verdict, plan, ladder.block_size(plan.flags)) or verdict
-    if verdict.kind is EndKind.READY:
-        record.outcome = "ready"
-        return verdict, child
-    if verdict.kind is EndKind.STOPPED:
-        record.outcome = "stopped"
-        return verdict, None  # the daemon's shutdown stops the child (start-up grace) and reports its exit and leftovers
-    report = session.stop_child(supervisor.FAILED_ATTEMPT_GRACE_S)
-    verdict = dataclasses.replace(verdict, diagnosis=explain_oom(verdict.diagnosis, oom_before, oom_kill_count()))
-    record.outcome, record.cls, record.detail = verdict.kind, verdict.diagnosis.cls, verdict.detail
-    d = verdict.diagnosis
-    log.warning("attempt.failed", attempt=number, outcome=verdict.kind, failure=d.cls, reason=d.reason,
-                root_cause=d.root_cause, detail=verdict.detail, returncode=report.returncode if report else None,
-                numbers=dict(d.numbers), tail=list(verdict.tail[-8:]) if d.cls == "unknown" else None)
-    session.notify(STATUS=f"attempt {number} failed: {d.cls}")
-    return verdict, None
+    return verdict
 
 
 CONFIRM_WINDOW_S = default_seconds("confirm_window")
@@ -281,7 +300,7 @@ def _said(session: Session, event: LogEvent) -> None:
     if event.kind == "kv_tokens":
         log.info("vllm.capacity", **{k: v for k, v in event.values.items() if v is not None})
     elif event.kind == "progress" and event.values.get("phase"):
-        session.store.data["loading_phase"] = event.values["phase"]
+        session.store.note(loading_phase=str(event.values["phase"]))
     elif event.kind == "failure" and event.fatal == "specific":
         log.info("vllm.fatal_line", failure=event.failure, reason=event.reason, line=event.message[:300])
 

@@ -38,6 +38,7 @@ from launcher.run import (
     startup,
     state,
     supervisor,
+    upkeep,
 )
 from launcher.run.locks import held_locks
 from launcher.run.session import Installed, RunConfig, Session, Stopped, describe_overrides
@@ -135,8 +136,8 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
         session.notify(STATUS="preflight")
         try:
             return _run(session, directory, previous)
-        except Stopped:
-            return _shutdown(session, "signal")
+        except Stopped as stopped:
+            return _shutdown(session, "signal", stopped.live)
         except LauncherError as exc:
             # ladder_exhausted: exit 75 either way, but only this one the profile's flags decided (tune caches it)
             store.update(phase=Phase.FAILED, error=one_line(exc, 0), ladder_exhausted=isinstance(exc, LadderExhausted))
@@ -144,8 +145,8 @@ def run(profile: Profile, stop: threading.Event, *, inventory_path: str | None =
             log.error("failed", exit_code=exc.exit_code, error=str(exc))
             raise
         finally:
-            if session.child is not None:
-                session.stop_child(profile.launcher.stop_grace_s)
+            if session.ready is not None:  # an error while serving: the server goes with the run
+                upkeep.stop(session, session.ready.child, profile.launcher.stop_grace_s)
             if exporter is not None:
                 exporter.stop()
 
@@ -183,23 +184,25 @@ def _run(session: Session, directory: Path, previous: Any) -> int:
     while True:
         outcome = serving.serve(session)
         if outcome.kind is EndKind.STOPPED:
-            return _shutdown(session, "signal")
+            return _shutdown(session, "signal", None)
         if outcome.kind is EndKind.RELOAD:
             candidate = reload.check(session)
             if candidate is not None:  # changed and checked: vLLM stops, and starts again from the new profile
                 _roll(session, candidate, directory)
             continue  # unchanged or refused: the server that answers goes on serving
-        overrides = session.ready.overrides if session.ready is not None else {}
-        session.ready = None
-        serving.restart_or_give_up(session, outcome)
-        session.ready = startup.start(session, dict(overrides))
+        ended, session.ready = session.ready, None
+        if ended is None:
+            raise RuntimeError("the serving watch returned without a ready server")
+        serving.restart_or_give_up(session, ended.child, outcome)
+        session.ready = startup.start(session, dict(ended.overrides))
 
 
 def _roll(session: Session, candidate: reload.Candidate, directory: Path) -> None:
     """Stop vLLM and start it with the checked new profile; when that fails, start the old profile again on the
     rung it served on. A failure of the old one too ends the run as any failed start does."""
     old_config, old_installed, old_ready = session.config, session.vllm, session.ready
-    reload.stop_for(session, candidate)
+    if old_ready is not None:
+        reload.stop_for(session, candidate, old_ready.child)
     session.ready, session.config = None, candidate.config
     reload.record(session, reloading=True)
     try:
@@ -253,12 +256,17 @@ def _last_known_good(directory: Path, installed: Installed
         return None
 
 
-def _shutdown(session: Session, why: str) -> int:
+def _shutdown(session: Session, why: str, starting: supervisor.Child | None) -> int:
+    """Stop what runs: the ready server with launcher.stop_grace to drain, or the child of the attempt that was
+    `starting` with at most the start-up grace (vLLM ignores SIGTERM while its engine starts)."""
     session.notify(STOPPING=1, STATUS="stopping")
     log.info("shutdown.requested", reason=why, serving=session.serving)
-    grace = session.grace_for_stop()
+    grace = session.profile.launcher.stop_grace_s
+    child = session.ready.child if session.ready is not None else starting
+    if session.ready is None:
+        grace = min(grace, supervisor.STARTUP_GRACE_S)
     started = time.monotonic()
-    report = session.stop_child(grace)
+    report = upkeep.stop(session, child, grace) if child is not None else None
     session.ready = None
     session.store.update(phase=Phase.STOPPED, stopped_at=time.time())
     log.info("shutdown.complete", seconds=round(time.monotonic() - started, 2),

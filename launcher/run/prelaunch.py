@@ -55,7 +55,7 @@ def check_while_serving(session: Session, config: RunConfig, installed: Installe
     problem = command.exec_problem(plan, installed.secrets)
     if problem:
         raise ConfigError(problem)
-    child = session.child
+    child = session.ready.child if session.ready is not None else None
     ours = frozenset(child.known) | {child.pid} if child is not None else frozenset()
     cpu = prof.launcher.device == "cpu"
     inventory = GpuInventory(source="host") if cpu else gpurelease.as_if_stopped(

@@ -19,9 +19,10 @@ import structlog
 
 from launcher.config.load import load
 from launcher.errors import LauncherError
-from launcher.run import prelaunch
+from launcher.run import prelaunch, upkeep
 from launcher.run.session import Installed, RunConfig, Session, Stopped
-from launcher.runstate import Phase
+from launcher.run.supervisor import Child
+from launcher.runstate import Phase, Written
 
 log = structlog.get_logger("vllm_launch")
 
@@ -69,19 +70,19 @@ def _refuse(session: Session, reason: str) -> None:
     session.store.update(reload={"outcome": "refused", "reason": reason, "at": time.time()})
 
 
-def stop_for(session: Session, candidate: Candidate) -> None:
+def stop_for(session: Session, candidate: Candidate, serving: Child) -> None:
     """The rolling restart's first step: say so, and stop the serving vLLM (the daemon then starts the new one)."""
     log.info("reload.rolling", old_digest=session.profile.digest, new_digest=candidate.config.profile.digest)
     session.notify(STATUS="reloading: stopping vLLM to start it with the new profile")
-    session.stop_child(session.profile.launcher.stop_grace_s)
+    upkeep.stop(session, serving, session.profile.launcher.stop_grace_s)
 
 
 def failed(session: Session, error: LauncherError, old_digest: str) -> str:
-    """The new profile did not start: say that the old one starts again, and stop what is left; the reason."""
+    """The new profile did not start (its attempts stopped their own children): say that the old one starts
+    again; the reason."""
     reason = " ".join(str(error).split())
     log.error("reload.reverted", reason=reason, action="starting the profile as it was again", digest=old_digest)
     session.notify(STATUS=f"reload failed, starting the old profile again: {reason[:160]}")
-    session.stop_child(0.0)
     return reason
 
 
@@ -89,7 +90,7 @@ def record(session: Session, *, reloading: bool = False, outcome: str | None = N
             ) -> None:
     """The profile in force in state (its digest keys status's drift); with `outcome`, how the reload ended."""
     profile = session.profile
-    fields: dict[str, object] = {"profile_digest": profile.digest, "restart_window_s": profile.launcher.restart.window_s}
+    fields: Written = {"profile_digest": profile.digest, "restart_window_s": profile.launcher.restart.window_s}
     if reloading:
         fields["phase"] = Phase.RELOADING
     if outcome is not None:

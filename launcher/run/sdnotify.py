@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Mapping
 
 import structlog
@@ -49,3 +50,22 @@ def watchdog_interval(environ: Mapping[str, str] | None = None) -> float | None:
     if not usec or not usec.isdigit() or (pid and pid != str(os.getpid())):
         return None
     return int(usec) / 2_000_000
+
+
+class Notifier:
+    """The run's line to systemd: notifications, and WATCHDOG=1 at half systemd's interval, however often the
+    run's waits ask (`ping_watchdog` is called from every wait, so it keeps its own clock)."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self.environ = environ
+        self.last_watchdog = 0.0
+
+    def notify(self, **fields: str | int) -> None:
+        notify(fields, self.environ)
+
+    def ping_watchdog(self) -> None:
+        interval = watchdog_interval(self.environ)
+        now = time.monotonic()
+        if interval and now - self.last_watchdog >= interval:
+            self.last_watchdog = now
+            self.notify(WATCHDOG=1)

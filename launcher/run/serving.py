@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import structlog
 
 from launcher.errors import LadderExhausted
-from launcher.run import health, listener
+from launcher.run import health, listener, upkeep
 from launcher.run.liveness import Verdict, Work, judge, parse_work
 from launcher.run.logpump import EOF, Mark
 from launcher.run.retry import Backoff
@@ -187,9 +187,9 @@ def read_metrics(base_url: str, timeout_s: float, ca_file: str | None = None) ->
 
 def serve(session: Session) -> Ending:
     """Watch the ready child until it dies or we are stopped."""
-    child = session.child
-    if child is None:
-        raise Stopped  # the child was stopped while becoming ready
+    if session.ready is None:
+        raise Stopped  # nothing is serving
+    child = session.ready.child
     policy = session.profile.launcher.health
     plan = child.plan
     api_key = session.vllm.secrets.get("VLLM_API_KEY")
@@ -207,16 +207,17 @@ def serve(session: Session) -> Ending:
     return watch(child, session.stop,
                  probe_health=lambda: health.check_health(plan.base_url, policy.timeout_s, ca_file=plan.ca_file,
                                                           verify=ours),
-                 interval_s=policy.interval_s, failures=policy.failures, tick=lambda: session.tick(child),
+                 interval_s=policy.interval_s, failures=policy.failures, tick=upkeep.Upkeep(session, child).tick,
                  reload=session.reload, completion=completion)
 
 
-def restart_or_give_up(session: Session, outcome: Ending) -> None:
-    """The engine died while serving: stop what is left, back off, and let the daemon start again (or give up)."""
+def restart_or_give_up(session: Session, child: Child, outcome: Ending) -> None:
+    """The engine died while serving: stop what is left of `child`, back off, and let the daemon start again (or
+    give up)."""
     policy = session.profile.launcher.restart
     log.error("restart.engine_dead", attempt=outcome.attempt, detail=outcome.detail,
               root_cause=outcome.diagnosis.root_cause, returncode=outcome.returncode)
-    session.stop_child(FAILED_ATTEMPT_GRACE_S)
+    upkeep.stop(session, child, FAILED_ATTEMPT_GRACE_S)
     now = time.monotonic()
     session.restarts = [t for t in session.restarts if now - t < policy.window_s] + [now]
     session.store.record_decision(Decision(outcome.attempt, ENGINE_DEAD, "restart with the same flags",

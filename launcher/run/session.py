@@ -1,8 +1,9 @@
-"""What one `up` run shares between its stages: the frozen run configuration and installed vLLM, and the
-small mutable state around them (the child, the attempts, the store, systemd notifications).
+"""What one `up` run shares between its stages: the frozen run configuration and installed vLLM, the store, the
+notifier, and the run's own history (its attempts, restarts, the server that is ready).
 
-`Session` is the only mutable object of the run/ folder besides the child itself; the stage
-modules (prelaunch, startup, serving) are functions over it, and the daemon strings them together.
+Nothing of one attempt lives here: an attempt's child and its clocks are the attempt's (run/attempt.py,
+run/upkeep.py) until it is READY, and then the `Ready` record's. The stage modules (prelaunch, startup,
+serving) are functions over the session, and the daemon strings them together.
 """
 
 from __future__ import annotations
@@ -17,30 +18,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import structlog
-
 from launcher.config.flags import FlagCatalog
 from launcher.config.nodes import Placement
 from launcher.config.profile import FlagValue, Profile
 from launcher.gpu.inventory import GpuProbe
 from launcher.plan.facts import gpu_probe
-from launcher.run import sdnotify, state, supervisor
+from launcher.run import state
 from launcher.run.gpurelease import Baseline
-from launcher.run.logpump import RotatingFile
-from launcher.run.processes import reap_orphans
+from launcher.run.sdnotify import Notifier
+from launcher.run.supervisor import Child
 from launcher.runstate import Capacity
 from launcher.vllm.command import Plan
 from launcher.vllm.versions import VersionSemantics
 
-log = structlog.get_logger("vllm_launch")
-
-EXTEND_EVERY_S = 10.0
-# How often the tree of a running vLLM is walked for processes new to us (a walk reads all of /proc).
-REMEMBER_EVERY_S = 1.0
-
 
 class Stopped(Exception):
-    """SIGTERM/SIGINT arrived: unwind and stop cleanly (exit 0)."""
+    """SIGTERM/SIGINT arrived: unwind and stop cleanly (exit 0). `live`: the child of an attempt that was
+    starting when the signal came, handed to the daemon's shutdown, which stops it with the start-up grace."""
+
+    def __init__(self, live: Child | None = None) -> None:
+        super().__init__("stop requested")
+        self.live = live
 
 
 @dataclass
@@ -99,35 +97,35 @@ class Installed:
 
 @dataclass(frozen=True, slots=True)
 class Ready:
-    """An attempt that reached READY: what startup.start returns, and the only way the run is serving."""
+    """An attempt that reached READY: what startup.start returns, and the only way the run is serving. It holds
+    the attempt's child from then on: whoever ends the serving (a death, a reload, the shutdown) stops it."""
 
     attempt: int
     overrides: Mapping[str, FlagValue | None]
     plan: Plan
     capacity: Capacity
+    child: Child
 
 
 @dataclass
 class Session:
     """The mutable state of one run. Each field has one writer: the daemon (`config`, `installed`, `ready`),
-    startup and the attempt (`attempts`, `same_flags_retries`), serving (`restarts`), prelaunch (`gpu_baseline`)
-    and this module (`child`, `stopped_pids`, the clocks)."""
+    the attempt (`attempts`), serving (`restarts`), prelaunch (`gpu_baseline`) and upkeep (`stopped_pids`)."""
 
     config: RunConfig
     stop: threading.Event
     store: state.StateStore
     reload: threading.Event = field(default_factory=threading.Event)  # SIGHUP: read the profile again
+    notifier: Notifier = field(init=False)  # systemd's notify socket and watchdog, from the run's environment
     installed: Installed | None = None
     ready: Ready | None = None  # set by the daemon from startup.start; None while starting or restarting
     gpu_baseline: Baseline | None = None  # GPU memory used before our first launch (None: no GPU)
-    stopped_pids: frozenset[int] = frozenset()  # every process of the last attempt: its GPU memory is ours
-    attempts: list[Attempt] = field(default_factory=list)
-    restarts: list[float] = field(default_factory=list)
-    child: supervisor.Child | None = None
-    last_remember: float = 0.0
-    last_extend: float = 0.0
-    last_watchdog: float = 0.0
-    same_flags_retries: int = 0
+    stopped_pids: frozenset[int] = frozenset()  # every process of the last tree stopped: its GPU memory is ours
+    attempts: list[Attempt] = field(default_factory=list)  # every attempt of the run, numbered from 1
+    restarts: list[float] = field(default_factory=list)  # when the engine died while serving (monotonic)
+
+    def __post_init__(self) -> None:
+        self.notifier = Notifier(self.config.environ)
 
     @property
     def profile(self) -> Profile:
@@ -148,49 +146,13 @@ class Session:
         return self.ready is not None
 
     def notify(self, **fields: str | int) -> None:
-        sdnotify.notify(fields, self.environ)
-
-    def tick(self, child: supervisor.Child, download_growth: float = 0.0) -> None:
-        """In every wait of the run: the watchdog, systemd's start timeout while loading progresses (output, or
-        a download's growth at `download_growth`), orphans reaped, the process record kept current."""
-        now = time.monotonic()
-        last_progress = max(child.pump.last_output, download_growth)
-        if not self.serving and now - self.last_extend >= EXTEND_EVERY_S and now - last_progress < EXTEND_EVERY_S:
-            # Loading progresses: push systemd's start timeout out by one stall period.
-            self.last_extend = now
-            self.notify(EXTEND_TIMEOUT_USEC=int(self.profile.launcher.startup_stall_s * 1_000_000))
-        self.ping_watchdog()
-        reaped = reap_orphans(child.popen)
-        if reaped:
-            log.info("child.reaped", pids=reaped)
-        if now - self.last_remember >= REMEMBER_EVERY_S:
-            self.last_remember = now
-            self.remember(child)
-            errors = child.pump.tool_parser_errors
-            if errors != self.store.data.get("tool_parser_errors", 0):
-                self.store.update(tool_parser_errors=errors)
-
-    def remember(self, child: supervisor.Child) -> None:
-        """Every process of vLLM's tree, and every one of it the daemon adopted as subreaper, goes on record
-        (state.json too: should the daemon die, the next `up` or `down` stops them)."""
-        child.remember_descendants()
-        if len(child.known) > child.on_record:
-            child.on_record = len(child.known)
-            self.store.update(child=supervisor.describe(child))
-
-    def ping_watchdog(self) -> None:
-        """WATCHDOG=1 at half systemd's interval, from every wait of the run (not only the serving loop)."""
-        interval = sdnotify.watchdog_interval(self.environ)
-        now = time.monotonic()
-        if interval and now - self.last_watchdog >= interval:
-            self.last_watchdog = now
-            self.notify(WATCHDOG=1)
+        self.notifier.notify(**fields)
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to `seconds` (a backoff), pinging the watchdog; True at once when a stop is asked for."""
         deadline = time.monotonic() + seconds
         while True:
-            self.ping_watchdog()
+            self.notifier.ping_watchdog()
             left = deadline - time.monotonic()
             if left <= 0:
                 return self.stop.is_set()
@@ -210,7 +172,7 @@ class Session:
                     return subprocess.CompletedProcess(args, proc.returncode, out, err)
                 except subprocess.TimeoutExpired:
                     pass
-                self.ping_watchdog()
+                self.notifier.ping_watchdog()
                 late = deadline is not None and time.monotonic() >= deadline
                 if self.stop.is_set() or late:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -223,30 +185,6 @@ class Session:
     def check_stop(self) -> None:
         if self.stop.is_set():
             raise Stopped
-
-    def grace_for_stop(self) -> float:
-        grace = self.profile.launcher.stop_grace_s
-        return grace if self.serving else min(grace, supervisor.STARTUP_GRACE_S)
-
-    def spawn(self, plan: Plan, *, attempt: int, sink: RotatingFile | None, block_size: int) -> supervisor.Child:
-        """Start vLLM for one attempt; the session holds the child until stop_child."""
-        echo = self.config.console and (self.config.verbose or self.profile.launcher.log_file is None)
-        self.child = supervisor.spawn(plan, attempt=attempt, secrets=self.vllm.secrets, sink=sink, echo=echo,
-                                      environ=self.environ, block_size=block_size)
-        return self.child
-
-    def stop_child(self, grace_s: float) -> supervisor.StopReport | None:
-        child, self.child = self.child, None
-        if child is None:
-            return None
-        self.stopped_pids = frozenset(child.known)
-        report = supervisor.stop_tree(child, grace_s, tick=self.ping_watchdog)
-        if child.pump.sink is not None:
-            child.pump.sink.close()
-        if report.leftovers:
-            log.error("shutdown.leftovers", leftovers=list(report.leftovers))
-        self.store.update(child=None)
-        return report
 
     def probe(self) -> GpuProbe | None:
         """The inventory file given with --gpu-inventory, else NVML or nvidia-smi (None: no GPU)."""

@@ -18,7 +18,7 @@ from launcher.config.profile import FlagValue
 from launcher.errors import LadderExhausted
 from launcher.gpu.match import match_gpu
 from launcher.plan import calibration
-from launcher.run import attempt, ladder, logs, state, supervisor
+from launcher.run import attempt, ladder, logs, state, supervisor, upkeep
 from launcher.run.compilecache import cache_dir, move_compile_cache
 from launcher.run.readiness import unchecked_requirement
 from launcher.run.retry import Backoff
@@ -47,10 +47,11 @@ def start(session: Session, overrides: dict[str, FlagValue | None], *, run_attem
     `run_attempt` is one attempt (run/attempt.py); the unit tests replay histories through it."""
     prof = session.profile
     tried: list[Mapping[str, FlagValue | None]] = []
+    same_flags = [0]  # the same flags retried in a row (this start's own count)
 
     policy = prof.launcher.restart
     # No wait after a change the ladder made (it resets the count); backoff when the same flags are retried.
-    wait = Backoff(policy.backoff_min_s, policy.backoff_max_s).wait(lambda: session.same_flags_retries)
+    wait = Backoff(policy.backoff_min_s, policy.backoff_max_s).wait(lambda: same_flags[0])
 
     def sleep(seconds: float) -> None:
         session.wait(seconds)  # a signal ends the backoff at once; the watchdog is pinged meanwhile
@@ -72,7 +73,7 @@ def start(session: Session, overrides: dict[str, FlagValue | None], *, run_attem
                     raise Stopped
                 outcome, child = run_attempt(session, overrides)
                 if child is not None:
-                    return _ready(session, child, child.plan, outcome, overrides)
+                    return _handed_over(session, child, outcome, overrides)
                 if outcome.kind is EndKind.STOPPED:
                     raise Stopped
                 once = list(session.store.data.get("ladder_once") or [])  # once-per-run steps taken (state)
@@ -83,8 +84,7 @@ def start(session: Session, overrides: dict[str, FlagValue | None], *, run_attem
                 if step.once == ladder.MOVE_COMPILE_CACHE:
                     move_compile_cache(cache_dir({**session.environ, **prof.env}), outcome.attempt, session.store.update)
                 tried.append(dict(overrides))
-                session.same_flags_retries = (session.same_flags_retries + 1
-                                              if dict(step.overrides) == overrides else 0)
+                same_flags[0] = same_flags[0] + 1 if dict(step.overrides) == overrides else 0
                 log.info("ladder.step", attempt=outcome.attempt, failure=outcome.diagnosis.cls,
                          change=step.change, reason=step.reason)
                 session.store.record_decision(Decision(outcome.attempt, outcome.diagnosis.cls, step.change, step.reason),
@@ -101,6 +101,15 @@ def start(session: Session, overrides: dict[str, FlagValue | None], *, run_attem
         raise LadderExhausted(f"no attempt became ready within launcher.max_attempts "
                               f"({prof.launcher.max_attempts}) — attempts: {session.attempts_summary()}") from None
     raise Stopped  # tenacity stopped because the stop event is set
+
+
+def _handed_over(session: Session, child: Child, outcome: Ending, overrides: Mapping[str, FlagValue | None]) -> Ready:
+    """The ready attempt's child is the run's from here: stopped at once should recording READY fail."""
+    try:
+        return _ready(session, child, child.plan, outcome, overrides)
+    except BaseException:
+        upkeep.stop(session, child, supervisor.FAILED_ATTEMPT_GRACE_S)
+        raise
 
 
 def _ready(session: Session, child: supervisor.Child, plan: command.Plan, outcome: supervisor.Ending,
@@ -138,7 +147,7 @@ def _ready(session: Session, child: supervisor.Child, plan: command.Plan, outcom
              overrides=dict(overrides))
     if session.config.console:
         _summary(session, plan, capacity, elapsed)
-    return Ready(child.attempt, dict(overrides), plan, capacity)
+    return Ready(child.attempt, dict(overrides), plan, capacity, child)
 
 
 def _record_calibration(session: Session, plan: command.Plan, numbers: Mapping[str, Any], length: int | None) -> None:

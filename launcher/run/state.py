@@ -11,11 +11,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import structlog
 
-from launcher.runstate import Decision
+from launcher.runstate import Decision, Written
 from launcher.statedir import read_json, write_json_atomic
 
 log = structlog.get_logger("vllm_launch")
@@ -32,11 +32,16 @@ class StateStore:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.path = directory / "state.json"
-        self.data: dict[str, Any] = {}
+        self.data: dict[str, Any] = {}  # what state.json holds: the keys of runstate.Written
         self.listeners: list[Callable[[Mapping[str, Any]], None]] = []
         self.write_failed = False
 
-    def update(self, **fields: Any) -> None:
+    def note(self, **fields: Unpack[Written]) -> None:
+        """Record `fields` without writing the file: a fact too frequent to rewrite state.json for (the loading
+        phase of every progress line), written with the next update."""
+        self.data.update(fields)
+
+    def update(self, **fields: Unpack[Written]) -> None:
         """Record `fields`; a failed write (a full disk) is a warning: the run goes on, and the next update
         writes everything again."""
         self.data.update(fields)

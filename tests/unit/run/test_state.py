@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
@@ -144,3 +145,35 @@ def test_the_documented_phases_are_the_phases() -> None:
     text = " ".join((ROOT / "docs" / "operations.md").read_text().split())
     listed = text.split("`phase` (", 1)[1].split(":", 1)[0]
     assert {p.strip() for p in listed.split(",")} == {str(p) for p in Phase}
+
+
+
+def _keys_read(tree: ast.AST, receivers: set[str]) -> set[str]:
+    """The literal keys `RECEIVER.get("key")` and `RECEIVER["key"]` read in `tree`."""
+    keys: set[str] = set()
+    for node in ast.walk(tree):
+        target, key = None, None
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                and node.args and isinstance(node.args[0], ast.Constant)):
+            target, key = node.func.value, node.args[0].value
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            target, key = node.value, node.slice.value
+        name = target.attr if isinstance(target, ast.Attribute) else target.id if isinstance(target, ast.Name) else None
+        if name in receivers and isinstance(key, str):
+            keys.add(key)
+    return keys
+
+
+def test_every_key_read_from_state_is_a_key_the_daemon_declares() -> None:
+    """state.json is written through runstate.Written (mypy checks every writer against it) and read by
+    State.from_dict, status, watch and bench: a key read that no writer declares is a reader of nothing, and a
+    renamed key fails here instead of reading as absent for ever."""
+    from launcher.runstate import Written
+
+    module = ast.parse((ROOT / "launcher" / "runstate.py").read_text())
+    state_class = next(node for node in module.body if isinstance(node, ast.ClassDef) and node.name == "State")
+    read = _keys_read(state_class, {"data"})
+    for path in [*(ROOT / "launcher" / "observe").glob("*.py"), ROOT / "launcher" / "bench" / "command.py"]:
+        read |= _keys_read(ast.parse(path.read_text()), {"raw"})
+    assert {"phase", "capacity", "child", "decisions", "agent", "rung", "ladder_exhausted"} <= read, "a reader was missed"
+    assert read - set(Written.__annotations__) == set()
