@@ -138,6 +138,9 @@ class Written(TypedDict, total=False):
     time_to_ready_s: float
     fp8_kv: bool | None
     agent: dict[str, Any]  # the agent probe's verdict and evidence
+    startup_phases: dict[str, Any]  # where the served start-up's time went: PhaseClock.to_dict
+    attempts: list[dict[str, Any]]  # every attempt of the run (the latest MAX_DECISIONS): rung, outcome, its cost
+    phase_histogram: dict[str, dict[str, Any]]  # phases.observe over every attempt: the exporter's histogram
     warnings: list[dict[str, Any]]
     tool_parser_errors: int
     # What the daemon decided (StateStore.record_decision, the ladder, reload)
@@ -147,6 +150,35 @@ class Written(TypedDict, total=False):
     ladder_once: list[str]
     compile_cache: dict[str, Any]
     reload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptCost:
+    """One attempt of the run as state.json records it: what it ran, how it ended, and what it cost."""
+
+    number: int
+    rung: str
+    outcome: str
+    cls: str
+    seconds: float | None
+    phases: Mapping[str, float]
+
+    @classmethod
+    def from_dict(cls, data: object) -> AttemptCost | None:
+        if not isinstance(data, Mapping) or _int(data.get("number"), MAX_ATTEMPT) is None:
+            return None
+        return cls(_int(data.get("number"), MAX_ATTEMPT) or 0, _str(data.get("rung")) or "as written",
+                   _str(data.get("outcome")) or "running", _str(data.get("class")) or "",
+                   _number(data.get("seconds"), MAX_SECONDS), _seconds(data.get("phases")))
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseBuckets:
+    """One phase's histogram (vllm/phases.py's observe): cumulative counts per bound, the count and the sum."""
+
+    buckets: tuple[int, ...]
+    count: int
+    sum: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,11 +203,18 @@ class State:
     restart_window_s: float | None = None  # the profile's launcher.restart.window
     agent_verdict: str | None = None  # the agent probe's verdict (pass, fail, inconclusive; run/agentprobe.py)
     tool_parser_errors: int | None = None  # tool-call parser errors vLLM logged since the served vLLM started
+    phases: Mapping[str, float] = field(default_factory=dict)  # where the served start-up's time went
+    compile_cache: str | None = None  # that start-up's torch.compile cache: hit or miss
+    attempts: tuple[AttemptCost, ...] = ()
+    phase_histogram: Mapping[str, PhaseBuckets] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> State:
         decisions = data.get("decisions")
         rung = data.get("rung")
+        startup = data.get("startup_phases")
+        startup = startup if isinstance(startup, Mapping) else {}
+        cache, attempts = startup.get("compile_cache"), data.get("attempts")
         return cls(
             profile=_str(data.get("profile")), pid=_int(data.get("pid"), MAX_PID, least=1),
             phase=Phase.parse(data.get("phase")),
@@ -188,7 +227,11 @@ class State:
             error=_str(data.get("error")), raw=dict(data),
             fp8_kv=fp8 if isinstance(fp8 := data.get("fp8_kv"), bool) else None,
             restart_window_s=_number(data.get("restart_window_s"), MAX_SECONDS),
-            agent_verdict=_verdict(data.get("agent")), tool_parser_errors=_int(data.get("tool_parser_errors")))
+            agent_verdict=_verdict(data.get("agent")), tool_parser_errors=_int(data.get("tool_parser_errors")),
+            phases=_seconds(startup.get("seconds")), compile_cache=cache if cache in ("hit", "miss") else None,
+            attempts=tuple(a for a in map(AttemptCost.from_dict, attempts if isinstance(attempts, list) else [])
+                           if a is not None),
+            phase_histogram=_histogram(data.get("phase_histogram")))
 
 
 def _verdict(agent: object) -> str | None:
@@ -222,6 +265,28 @@ def _number(value: object, most: float = MAX_COUNT, least: float = 0.0) -> float
 
 def _str(value: object) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _seconds(value: object) -> dict[str, float]:
+    """phase → seconds; a phase of the wrong type or range is left out."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): n for k, v in value.items() if (n := _number(v, MAX_SECONDS)) is not None}
+
+
+def _histogram(value: object) -> dict[str, PhaseBuckets]:
+    if not isinstance(value, Mapping):
+        return {}
+    found: dict[str, PhaseBuckets] = {}
+    for phase, data in value.items():
+        if not isinstance(data, Mapping) or not isinstance(buckets := data.get("buckets"), list):
+            continue
+        counts = [_int(n) for n in buckets]
+        count, total = _int(data.get("count")), _number(data.get("sum"), MAX_COUNT)
+        if count is None or total is None or None in counts:
+            continue
+        found[str(phase)] = PhaseBuckets(tuple(n or 0 for n in counts), count, total)
+    return found
 
 
 def _counts(value: object) -> dict[str, dict[str, int]]:

@@ -22,6 +22,7 @@ from launcher.runstate import FINAL_PHASES, Phase, State, read_state
 from launcher.safefile import Unreadable
 from launcher.statedir import state_root
 from launcher.vllm import prometheus
+from launcher.vllm.phases import short
 
 READ_GAP_S = 1.0  # between the two /metrics reads of `status`: the window of its latency figures
 
@@ -118,6 +119,15 @@ def _status_text(data: Mapping[str, Any]) -> str:
     rung = data.get("rung_description")
     lines.append(f"  attempt    {found.attempt if found.attempt is not None else '-'}  rung: "
                  f"{rung if isinstance(rung, str) and rung else 'as written'}")
+    if found.phases:
+        lines.append(f"  start-up   {found.time_to_ready_s if found.time_to_ready_s is not None else '?'}s: "
+                     f"{short(dict(found.phases), found.compile_cache, limit=len(found.phases))}")
+    for cost in found.attempts[-5:] if len(found.attempts) > 1 or any(a.outcome != "ready" for a in found.attempts) \
+            else ():
+        spent = f"{cost.seconds:.0f}s" if cost.seconds is not None else "?"
+        where = f" ({short(dict(cost.phases))})" if cost.phases else ""
+        lines.append(f"  cost       attempt {cost.number} [{one_line(cost.rung)}] {one_line(cost.outcome)}"
+                     f"{': ' + one_line(cost.cls) if cost.cls else ''}, {spent}{where}")
     cap = found.capacity
     if cap is not None and cap.kv_tokens is not None and cap.max_model_len:
         lines.append(f"  capacity   {cap.kv_tokens:,} KV tokens, {cap.sessions if cap.sessions is not None else '?'} "

@@ -38,9 +38,10 @@ from launcher.run.processes import remembered
 from launcher.run.readiness import capacity_gate
 from launcher.run.session import Attempt, Session, Stopped
 from launcher.run.supervisor import Child, Ending, EndKind, outcome
-from launcher.runstate import Phase
+from launcher.runstate import Phase, Written
 from launcher.vllm import api, command
 from launcher.vllm.diagnose import Diagnosis
+from launcher.vllm.phases import PhaseClock, observe, timed
 from launcher.vllm.signatures import CONFIG, LogEvent
 
 log = structlog.get_logger("vllm_launch")
@@ -90,16 +91,19 @@ def run(session: Session, overrides: Mapping[str, FlagValue | None]) -> tuple[En
     echo = session.config.console and (session.config.verbose or prof.launcher.log_file is None)
     child = supervisor.spawn(plan, attempt=number, secrets=session.vllm.secrets, sink=sink, echo=echo,
                              environ=session.environ, block_size=ladder.block_size(plan.flags))
+    clock = PhaseClock(first=time.time())  # where this attempt's time goes, from its launch
     try:
-        verdict = _verdict(session, child, overrides)
+        verdict = _verdict(session, child, overrides, clock)
     except Stopped:
         record.outcome = "stopped"
         raise Stopped(child) from None
     except BaseException:
         upkeep.stop(session, child, supervisor.FAILED_ATTEMPT_GRACE_S)
         raise
+    record.seconds, record.phases = round(time.monotonic() - child.started, 1), clock.seconds(time.time())
     if verdict.kind is EndKind.READY:
         record.outcome = "ready"
+        _costs(session, record, clock)
         return verdict, child
     if verdict.kind is EndKind.STOPPED:
         record.outcome = "stopped"
@@ -107,16 +111,19 @@ def run(session: Session, overrides: Mapping[str, FlagValue | None]) -> tuple[En
     report = upkeep.stop(session, child, supervisor.FAILED_ATTEMPT_GRACE_S)
     verdict = dataclasses.replace(verdict, diagnosis=explain_oom(verdict.diagnosis, oom_before, oom_kill_count()))
     record.outcome, record.cls, record.detail = verdict.kind, verdict.diagnosis.cls, verdict.detail
+    _costs(session, record, clock)
     d = verdict.diagnosis
     log.warning("attempt.failed", attempt=number, outcome=verdict.kind, failure=d.cls, reason=d.reason,
-                root_cause=d.root_cause, detail=verdict.detail, returncode=report.returncode,
+                root_cause=d.root_cause, detail=verdict.detail, returncode=report.returncode, seconds=record.seconds,
+                phases=dict(record.phases),
                 numbers=dict(d.numbers), tail=list(verdict.tail[-8:]) if d.cls == "unknown" else None)
     session.notify(STATUS=f"attempt {number} failed: {d.cls}")
     return verdict, None
 
 
-def _verdict(session: Session, child: Child, overrides: Mapping[str, FlagValue | None]) -> Ending:
-    """Watch the spawned child to its verdict, with the gate a ready server must still pass."""
+def _verdict(session: Session, child: Child, overrides: Mapping[str, FlagValue | None], clock: PhaseClock) -> Ending:
+    """Watch the spawned child to its verdict, with the gate a ready server must still pass; `clock` is fed
+    every line that moves a phase, at the moment it was read."""
     prof, number, plan = session.profile, child.attempt, child.plan
     _started(session, child, overrides)
     growth = progress.CacheGrowth(prof.model, {**session.environ, **prof.env})
@@ -126,6 +133,8 @@ def _verdict(session: Session, child: Child, overrides: Mapping[str, FlagValue |
     def on_line(event: LogEvent) -> None:
         _said(session, event)
         phases.on_event(event)
+        if timed(event):
+            clock.feed(event, time.time())
 
     def tick() -> None:
         phases.tick()
@@ -293,6 +302,16 @@ def ready_check(session: Session, child: Child) -> ReadyCheck:
 
         check = dataclasses.replace(check, completion=None, models=joined)
     return check
+
+
+def _costs(session: Session, record: Attempt, clock: PhaseClock) -> None:
+    """What the attempt cost, in state: the run's attempts, the histogram of every phase, the served start-up's."""
+    histogram = observe(dict(session.store.data.get("phase_histogram") or {}), dict(record.phases))
+    fields: Written = {"attempts": [a.to_dict() for a in session.attempts[-state.MAX_DECISIONS:]],
+                       "phase_histogram": histogram}
+    if record.outcome == "ready":
+        fields["startup_phases"] = clock.to_dict(time.time())
+    session.store.update(**fields)
 
 
 def _said(session: Session, event: LogEvent) -> None:

@@ -17,12 +17,19 @@ from typing import Any
 
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, write_to_textfile
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from launcher.config.profile import MetricsSettings
 from launcher.run.httpbounded import BoundedHandler, BoundedServer
 from launcher.runstate import Capacity, Phase, State
+from launcher.vllm.phases import BUCKETS, PHASES
 
 log = structlog.get_logger("vllm_launch")
 
@@ -73,6 +80,14 @@ class StateCollector(Collector):
                                             "since the served vLLM started", labels=labels)
         parser_errors.add_metric([self.profile], float(state.tool_parser_errors or 0))
         yield parser_errors
+        phases = HistogramMetricFamily("vllm_launch_startup_phase_seconds", "seconds each start-up phase took, over "
+                                       "every attempt (download, weights, compile, profiling, cuda_graphs, warmup, "
+                                       "api_server)", labels=[*labels, "phase"])
+        for phase_name, observed in sorted(state.phase_histogram.items()):
+            if phase_name in PHASES and len(observed.buckets) == len(BUCKETS):
+                bounds = [(f"{bound:g}", float(n)) for bound, n in zip(BUCKETS, observed.buckets, strict=True)]
+                phases.add_metric([self.profile, phase_name], [*bounds, ("+Inf", float(observed.count))], observed.sum)
+        yield phases
         failures = [d for d in state.decisions if d.cls != "last_known_good"]
         last = InfoMetricFamily("vllm_launch_last_failure", "the latest failure class", labels=labels)
         if failures:

@@ -29,6 +29,7 @@ from launcher.run.sdnotify import Notifier
 from launcher.run.supervisor import Child
 from launcher.runstate import Capacity
 from launcher.vllm.command import Plan
+from launcher.vllm.phases import short
 from launcher.vllm.versions import VersionSemantics
 
 
@@ -43,13 +44,27 @@ class Stopped(Exception):
 
 @dataclass
 class Attempt:
-    """The record of one attempt for logs, state and the exhausted-ladder message."""
+    """The record of one attempt for logs, state and the exhausted-ladder message: what it ran, how it ended, and
+    what it cost (a ladder rung costs a whole start-up: its seconds and where they went)."""
 
     number: int
     overrides: Mapping[str, FlagValue | None]
     outcome: str = ""
     cls: str = ""
     detail: str = ""
+    seconds: float | None = None  # from the launch to the verdict
+    phases: Mapping[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As state.json keeps it (runstate.AttemptCost reads it back)."""
+        return {"number": self.number, "rung": describe_overrides(self.overrides), "outcome": self.outcome or "running",
+                "class": self.cls, "seconds": self.seconds, "phases": dict(self.phases)}
+
+    def cost(self) -> str:
+        """`41s: weights 12s, compile 25s`, or "" before the verdict."""
+        if self.seconds is None:
+            return ""
+        return f"{self.seconds:.0f}s" + (f": {short(dict(self.phases))}" if self.phases else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +219,8 @@ class Session:
 
     def attempts_summary(self) -> str:
         return "; ".join(f"#{a.number} [{describe_overrides(a.overrides)}] {a.outcome or 'running'}"
-                         f"{': ' + a.cls if a.cls else ''}" for a in self.attempts)
+                         f"{': ' + a.cls if a.cls else ''}{f' ({a.cost()})' if a.cost() else ''}"
+                         for a in self.attempts)
 
 
 def describe_overrides(overrides: Mapping[str, Any]) -> str:

@@ -27,6 +27,7 @@ from launcher.run.supervisor import Child, Ending, EndKind
 from launcher.runstate import Capacity, Decision, Phase
 from launcher.units import format_duration
 from launcher.vllm import command
+from launcher.vllm.phases import short
 
 log = structlog.get_logger("vllm_launch")
 
@@ -136,6 +137,10 @@ def _ready(session: Session, child: supervisor.Child, plan: command.Plan, outcom
         status = f"ready: {tokens:,} KV tokens, {sessions} sessions of {length:,}, {plan.kv_cache_dtype}"
         if plan.utilization:
             status += f", util {plan.utilization}"
+    record = next((a for a in reversed(session.attempts) if a.number == child.attempt), None)
+    phases = dict(record.phases) if record is not None else {}
+    if phases:  # where the start-up's time went, for `systemctl status` too
+        status += f"; {short(phases)}"
     unchecked = unchecked_requirement(session.profile.launcher.require, outcome)
     if unchecked is not None:
         log.warning("ready.require_unchecked", attempt=child.attempt, why=unchecked)
@@ -144,9 +149,9 @@ def _ready(session: Session, child: supervisor.Child, plan: command.Plan, outcom
     session.notify(READY=1, STATUS=status)
     log.info("ready", attempt=child.attempt, url=plan.base_url, served_model_name=plan.served_model_name,
              kv_tokens=tokens, sessions=sessions, max_model_len=length, time_to_ready_s=round(elapsed, 1),
-             overrides=dict(overrides))
+             overrides=dict(overrides), phases=phases)
     if session.config.console:
-        _summary(session, plan, capacity, elapsed)
+        _summary(session, plan, capacity, elapsed, phases)
     return Ready(child.attempt, dict(overrides), plan, capacity, child)
 
 
@@ -170,7 +175,8 @@ def _record_calibration(session: Session, plan: command.Plan, numbers: Mapping[s
         log.warning("calibration.not_saved", error=str(exc))
 
 
-def _summary(session: Session, plan: command.Plan, capacity: Capacity, elapsed: float) -> None:
+def _summary(session: Session, plan: command.Plan, capacity: Capacity, elapsed: float,
+             phases: Mapping[str, float]) -> None:
     decisions = session.store.data.get("decisions") or []
     why = "; ".join(f"{d['change']} ({d['class']})" for d in decisions) or "the profile as written"
     tokens, sessions = capacity.kv_tokens, capacity.sessions
@@ -180,7 +186,7 @@ def _summary(session: Session, plan: command.Plan, capacity: Capacity, elapsed: 
         ("KV cache", f"{tokens:,} tokens ({plan.kv_cache_dtype})" if isinstance(tokens, int) else "not reported"),
         ("sessions", f"{sessions} full sessions of {capacity.max_model_len or 0:,} tokens" if sessions else "-"),
         ("rung", f"attempt {len(session.attempts)}: {plan.describe_overrides()} — {why}"),
-        ("ready in", format_duration(elapsed)),
+        ("ready in", format_duration(elapsed) + (f" ({short(dict(phases))})" if phases else "")),
     ]
     public = _public_url(session)
     if public:

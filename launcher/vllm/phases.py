@@ -142,8 +142,10 @@ class PhaseClock:
 
 
 def short(phases: dict[str, float], compile_cache: str | None = None, limit: int = 4) -> str:
-    """`weights 12s, compile 30s (cache hit), graphs 8s`: the longest phases, in start-up order."""
-    kept = sorted(sorted(phases, key=lambda phase: -phases[phase])[:limit], key=PHASES.index)
+    """`weights 12s, compile 30s (cache hit), graphs 8s`: the longest phases, in start-up order. A name that is no
+    phase (a tampered state file) is left out."""
+    known = [phase for phase in phases if phase in WORDS]
+    kept = sorted(sorted(known, key=lambda phase: -phases[phase])[:limit], key=PHASES.index)
     parts = []
     for phase in kept:
         text = f"{WORDS[phase]} {phases[phase]:.0f}s"
@@ -151,3 +153,24 @@ def short(phases: dict[str, float], compile_cache: str | None = None, limit: int
             text += f" (cache {compile_cache})"
         parts.append(text)
     return ", ".join(parts)
+
+
+# The buckets of the start-up phase histogram (the exporter's vllm_launch_startup_phase_seconds): a cached compile
+# takes seconds, a cold 70B download and compile tens of minutes.
+BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+
+
+def observe(histogram: dict[str, Any], phases: dict[str, float]) -> dict[str, Any]:
+    """`histogram` (phase → {"buckets": cumulative counts per BUCKETS bound, "count", "sum"}) with one start-up's
+    phases added: what the exporter serves as a Prometheus histogram, kept in state so that it outlives a scrape."""
+    updated = dict(histogram)
+    for phase, seconds in phases.items():
+        old = updated.get(phase)
+        old = old if isinstance(old, dict) else {}
+        buckets = old.get("buckets")
+        counts = [int(n) for n in buckets] if isinstance(buckets, list) and len(buckets) == len(BUCKETS) else \
+            [0] * len(BUCKETS)
+        counts = [n + (1 if seconds <= bound else 0) for n, bound in zip(counts, BUCKETS, strict=True)]
+        updated[phase] = {"buckets": counts, "count": int(old.get("count") or 0) + 1,
+                          "sum": round(float(old.get("sum") or 0.0) + seconds, 2)}
+    return updated

@@ -87,3 +87,23 @@ def test_the_profiles_own_url_is_read(tmp_path: Path, capsys: pytest.CaptureFixt
         assert 0 == status.status_command("qwen3", as_json=True, environ=environ, sleep=lambda s: None)
     report = json.loads(capsys.readouterr().out)
     assert ["http://127.0.0.1:8000"] * 2 == asked and "url_ignored" not in report and report["live"]
+
+
+def test_status_says_where_the_start_up_went_and_what_each_attempt_cost() -> None:
+    """The served start-up's phases, and each attempt's outcome and cost when the ladder climbed; a tampered
+    phase name or attempt is left out, never a traceback."""
+    from launcher.observe.status import _status_text
+
+    data = {"profile": "qwen3", "pid": 7, "phase": "serving", "alive": True, "attempt": 2, "time_to_ready_s": 95.0,
+            "startup_phases": {"seconds": {"weights": 12.0, "compile": 30.4, "/etc/passwd": 5.0},
+                               "compile_cache": "hit", "total_s": 95.0},
+            "attempts": [{"number": 1, "rung": "as written", "outcome": "failed", "class": "startup_memory",
+                          "seconds": 41.0, "phases": {"weights": 38.0}},
+                         {"number": 2, "rung": "gpu-memory-utilization=0.88", "outcome": "ready", "class": "",
+                          "seconds": 95.0, "phases": {"weights": 12.0}},
+                         {"number": "3\nREADY=1"}, "junk"]}
+    text = _status_text(data)
+    assert "  start-up   95.0s: weights 12s, compile 30s (cache hit)" in text.splitlines()
+    assert "  cost       attempt 1 [as written] failed: startup_memory, 41s (weights 38s)" in text.splitlines()
+    assert "  cost       attempt 2 [gpu-memory-utilization=0.88] ready, 95s (weights 12s)" in text.splitlines()
+    assert "passwd" not in text and "READY=1" not in text

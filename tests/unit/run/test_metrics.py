@@ -154,3 +154,26 @@ def test_the_exporter_holds_a_bounded_number_of_connections_and_drops_idle_ones(
         for sock in idle:
             sock.close()
         exporter.stop()
+
+
+def test_each_start_up_phase_is_a_histogram(tmp_path: Path) -> None:
+    """vllm_launch_startup_phase_seconds{phase}: the buckets state keeps over every attempt; a name that is no
+    phase, or buckets of another length (a tampered state file), are not exported."""
+    from launcher.vllm.phases import observe
+
+    store = served_state(tmp_path)
+    histogram = observe(observe({}, {"weights": 12.0, "compile": 40.5}), {"weights": 3.0})
+    store.update(phase_histogram={**histogram, "bogus": histogram["weights"],
+                                  "warmup": {"buckets": [1], "count": 1, "sum": 1.0}})
+    exporter = Exporter(MetricsSettings(port=None, address="127.0.0.1", textfile=None), "qwen3")
+    exporter.observe(store.data)
+    got = samples(exporter.render().decode())
+    p = ("profile", "qwen3")
+    weights = ("phase", "weights")
+    assert got[("vllm_launch_startup_phase_seconds_bucket", (("le", "5"), weights, p))] == 1.0
+    assert got[("vllm_launch_startup_phase_seconds_bucket", (("le", "15"), weights, p))] == 2.0
+    assert got[("vllm_launch_startup_phase_seconds_bucket", (("le", "+Inf"), weights, p))] == 2.0
+    assert got[("vllm_launch_startup_phase_seconds_count", (weights, p))] == 2.0
+    assert got[("vllm_launch_startup_phase_seconds_sum", (weights, p))] == 15.0
+    assert got[("vllm_launch_startup_phase_seconds_count", (("phase", "compile"), p))] == 1.0
+    assert not [k for k in got if ("phase", "bogus") in k[1] or ("phase", "warmup") in k[1]]

@@ -83,3 +83,24 @@ def test_live_clock_falls_back_to_transitions() -> None:
 def test_short() -> None:
     assert short({"weights": 12.2, "compile": 30.0, "profiling": 1.0, "cuda_graphs": 8.0, "api_server": 0.0}, "hit",
                  limit=3) == "weights 12s, compile 30s (cache hit), graphs 8s"
+
+
+def test_the_phase_histogram_counts_each_start_up_in_its_buckets() -> None:
+    """Two start-ups observed: cumulative counts per bound (hand-computed against BUCKETS), count and sum."""
+    from launcher.vllm.phases import BUCKETS, observe
+
+    assert BUCKETS == (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+    first = observe({}, {"weights": 12.0, "compile": 40.5})
+    both = observe(first, {"weights": 3.0})
+    assert both["weights"] == {"buckets": [0, 1, 2, 2, 2, 2, 2, 2, 2], "count": 2, "sum": 15.0}
+    assert both["compile"] == {"buckets": [0, 0, 0, 0, 1, 1, 1, 1, 1], "count": 1, "sum": 40.5}
+    assert first["weights"]["count"] == 1, "observing returns a new histogram; the old one is unchanged"
+    # A tampered record (buckets of another length) starts again rather than misplacing counts.
+    assert observe({"weights": {"buckets": [9], "count": 9, "sum": 1.0}}, {"weights": 2.0})["weights"]["buckets"] \
+        == [0, 1, 1, 1, 1, 1, 1, 1, 1]
+
+
+def test_short_leaves_out_names_that_are_no_phase() -> None:
+    from launcher.vllm.phases import short
+
+    assert short({"weights": 12.0, "../etc": 99.0, "compile": 30.0}, "hit") == "weights 12s, compile 30s (cache hit)"
