@@ -1,6 +1,7 @@
 """What a signature is and the helpers that build one: the failure classes, the event kinds, `LogEvent`,
 `Signature`, `_sig` and the converters that turn a match's groups into numbers. The tables are
-`launcher.vllm.signatures` and `launcher.vllm.config_signatures`.
+`launcher.vllm.signatures` and `launcher.vllm.config_signatures`; a configuration failure's reasons are
+`launcher.vllm.config_reasons`.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class LogEvent:
     message: str
     values: Mapping[str, Any] = field(default_factory=dict)
     failure: FailureClass | None = None  # for failure kinds
-    reason: str | None = None  # config reason
+    reason: str | None = None  # a ConfigReason for a configuration failure, else the failure's sub-kind
     fatal: str | None = None  # "specific" (decide now) or "generic" (wait briefly for the root cause)
     proc: str | None = None  # vLLM's process prefix, `(Worker_TP1 pid=42)`: its name …
     pid: int | None = None  # … and its pid
@@ -86,7 +87,7 @@ class Signature:
     needle: str
     pattern: re.Pattern[str]
     failure: FailureClass | None = None
-    reason: str | None = None
+    reason: str | None = None  # a ConfigReason for a configuration failure, else the failure's sub-kind
     fatal: str | None = None
     convert: Callable[[dict[str, str | None]], dict[str, Any]] | None = None
     any_level: bool = False  # a failure that vLLM logs at INFO (zero blocks, negative KV memory)
