@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.vllm import api
+from launcher.vllm.config_reasons import ConfigReason
 
 PROBE_FUNCTION = "vllm_launch_tool_check"
 PROBE_MAX_TOKENS = 256  # room for a reasoning model's short preamble before the call
@@ -63,7 +64,7 @@ class AgentCheck:
 
     verdict: AgentVerdict
     detail: str
-    reason: str | None = None  # a failure's config reason: tool_calls_as_text, auto_tool_choice_off, …
+    reason: ConfigReason | None = None  # a failure's reason, whose row in vllm/config_reasons.py holds the fix
     fix: str | None = None
     parser: str | None = None  # the parser whose markup the model wrote
     evidence: str | None = None  # the first bytes of the offending content or error
@@ -111,7 +112,7 @@ def judge(status: int, body: bytes, *, tool_call_parser: str | None, reasoning_p
     calls: list[Any] = written_calls if isinstance(written_calls, list) else []
     if reasoning_parser and THINKING.search(content):
         return AgentCheck(AgentVerdict.FAIL, f"the reasoning parser {reasoning_parser} left the thinking in content",
-                          "reasoning_in_content", "set vllm.reasoning-parser to the one for this model family "
+                          ConfigReason.REASONING_IN_CONTENT, "set vllm.reasoning-parser to the one for this model family "
                           "(docs/failures.md)", None, content[:EVIDENCE_CHARS])
     if calls:
         return _parsed(calls, tool_call_parser)
@@ -121,7 +122,8 @@ def judge(status: int, body: bytes, *, tool_call_parser: str | None, reasoning_p
                                                                        "this model family"
         detail = (f"the model wrote its tool call as text and the parser {tool_call_parser or '(none)'} did not "
                   f"read it" + (f"; that markup is {written}'s" if written else ""))
-        return AgentCheck(AgentVerdict.FAIL, detail, "tool_calls_as_text", named, written, content[:EVIDENCE_CHARS])
+        return AgentCheck(AgentVerdict.FAIL, detail, ConfigReason.TOOL_CALLS_AS_TEXT, named, written,
+                          content[:EVIDENCE_CHARS])
     if not content.strip():
         return AgentCheck(AgentVerdict.INCONCLUSIVE, "the model answered nothing to a request for a tool call")
     return AgentCheck(AgentVerdict.INCONCLUSIVE, "the model answered in prose, with no tool call; a model may do "
@@ -136,7 +138,7 @@ def _parsed(calls: list[Any], parser: str | None) -> AgentCheck:
             json.loads(arguments if isinstance(arguments, str) else "")
         except ValueError:
             return AgentCheck(AgentVerdict.FAIL, f"a parsed tool call's arguments are not JSON ({parser})",
-                              "tool_call_arguments", "set vllm.tool-call-parser to the one for this model family",
+                              ConfigReason.TOOL_CALL_ARGUMENTS, "set vllm.tool-call-parser to the one for this model family",
                               parser, str(arguments)[:EVIDENCE_CHARS])
     name = calls[0].get("function", {}).get("name") if isinstance(calls[0], Mapping) else None
     return AgentCheck(AgentVerdict.PASS, f"tool call parsed ({parser or 'vLLM'}): {name}", parser=parser)
@@ -151,11 +153,11 @@ def _refused(status: int, text: str) -> AgentCheck:
     evidence = message[:EVIDENCE_CHARS]
     if "auto" in message and "enable-auto-tool-choice" in message:
         return AgentCheck(AgentVerdict.FAIL, f"vLLM refuses tool_choice auto ({status}): every agent request fails",
-                          "auto_tool_choice_off", "set vllm.enable-auto-tool-choice: true and vllm.tool-call-parser "
+                          ConfigReason.AUTO_TOOL_CHOICE_OFF, "set vllm.enable-auto-tool-choice: true and vllm.tool-call-parser "
                           "(docs/failures.md)", evidence=evidence)
     if "chat template" in message.lower():
         return AgentCheck(AgentVerdict.FAIL, f"vLLM has no usable chat template for this model ({status})",
-                          "chat_template", "set vllm.chat-template to a template file that renders tools",
+                          ConfigReason.CHAT_TEMPLATE, "set vllm.chat-template to a template file that renders tools",
                           evidence=evidence)
     return AgentCheck(AgentVerdict.INCONCLUSIVE, f"the chat request answered {status}", evidence=evidence)
 

@@ -17,6 +17,7 @@ from launcher.errors import ConfigError, LadderExhausted
 from launcher.plan.preflight import FREE_MARGIN, lower_rung_that_fits
 from launcher.units import GIB
 from launcher.vllm.command import Overrides, effective_flags
+from launcher.vllm.config_reasons import config_fix
 from launcher.vllm.diagnose import Diagnosis
 from launcher.vllm.signatures import (
     COMPILE_CACHE,
@@ -130,54 +131,7 @@ _AGAIN: dict[str, Callable[[Diagnosis], str]] = {MOVE_COMPILE_CACHE: _compile_ca
 
 def _config(profile: Profile, overrides: dict[str, FlagValue | None], flags: Mapping[str, FlagValue],
             d: Diagnosis, version: VersionSemantics, free_fraction: float | None) -> Step:
-    raise Stop(config_message(d))
-
-
-# The agent probe's configuration failures (run/agentprobe.py): each root cause already names its fix.
-AGENT_REASONS = frozenset({"tool_calls_as_text", "tool_call_arguments", "auto_tool_choice_off", "chat_template",
-                           "reasoning_in_content"})
-
-
-def config_message(d: Diagnosis) -> str:
-    """One line for a configuration failure: the cause and the fix."""
-    n = d.numbers
-    if d.reason == "tool_parser":
-        valid = n.get("valid_tool_parsers")
-        if n.get("tool_parser") and valid:
-            return (f"vLLM has no tool-call-parser {n['tool_parser']!r}; set vllm.tool-call-parser to one of: "
-                    f"{', '.join(valid)}")
-        return "enable-auto-tool-choice needs a tool-call-parser; set vllm.tool-call-parser (e.g. hermes, qwen3_coder)"
-    if d.reason == "max_model_len_above_model":
-        return (f"max-model-len {n.get('max_model_len')} is above the model's own limit "
-                f"{n.get('derived_max_model_len')}; set vllm.max-model-len to at most that")
-    if d.reason == "model_not_found":
-        return (f"vLLM cannot find the model ({d.root_cause}); check `model:` (hub id Org/Name or a local path "
-                "with config.json), the network, or HF_HUB_OFFLINE")
-    if d.reason == "gated_repo":
-        return ("the model is gated or private (401/403); accept its licence on huggingface.co and give a token: "
-                "hf_token: {env: HF_TOKEN}")
-    if d.reason in AGENT_REASONS:
-        return str(d.root_cause)  # the agent probe's verdict: what the model wrote and the fix
-    if d.reason == "port_in_use":
-        holder = n.get("holder")
-        where = f"the port is held by {holder}" if isinstance(holder, str) else "the port is already in use"
-        return f"{where}; stop what listens there or set vllm.port to a free port"
-    if d.reason == "unknown_flag":
-        return (f"vLLM rejects the arguments {n.get('arguments', '')}; remove or rename them in vllm: "
-                "(see `vllm serve --help=all`)")
-    if d.reason == "reasoning_parser":
-        return f"vLLM has no such reasoning parser ({d.root_cause}); set vllm.reasoning-parser to one it lists"
-    if d.reason == "unsupported_model":
-        return (f"this vLLM cannot run the model's architecture ({d.root_cause}); upgrade vLLM (a newer release, or "
-                "transformers for a new model type) or serve a supported model")
-    if d.reason == "missing_dependency":
-        package = n.get("package") or "the package it names"
-        return (f"the model needs the Python package {package}, which vLLM's environment lacks ({d.root_cause}); "
-                f"install it where vLLM runs (the venv or image of launcher.vllm_bin): pip install {package}")
-    if d.reason == "not_enough_gpus":
-        return (f"tensor × pipeline parallel size {n.get('world_size')} needs more GPUs than the {n.get('gpus')} "
-                "visible; lower tensor-parallel-size or expose more GPUs (CUDA_VISIBLE_DEVICES)")
-    return f"vLLM rejects the configuration: {d.root_cause}; fix the profile"
+    raise Stop(config_fix(d))  # the reason's row in launcher/vllm/config_reasons.py
 
 
 def _startup_memory(profile: Profile, overrides: dict[str, FlagValue | None], flags: Mapping[str, FlagValue],
@@ -343,7 +297,7 @@ def describe_remedy(d: Diagnosis, profile: Profile | None = None, version: Versi
 def _generic_remedy(d: Diagnosis) -> str:
     n = d.numbers
     if d.cls == CONFIG:
-        return f"stop (exit 78), never retried: {config_message(d)}"
+        return f"stop (exit 78), never retried: {config_fix(d)}"  # the same row as the ladder's Stop
     if d.cls == STARTUP_MEMORY and d.reason == HOST_OOM:
         return ("the kernel's OOM killer ended it (host RAM, not GPU memory): stop with exit 75 naming the fix (free host "
                 "RAM, raise the cgroup's memory limit); on the CPU backend, the next lower utilization rung")

@@ -29,7 +29,7 @@ from launcher.errors import ConfigError
 from launcher.run import logs
 from launcher.run.agentprobe import PARSER_ERROR
 from launcher.vllm.diagnose import Diagnoser, Diagnosis
-from launcher.vllm.signatures import LogEvent
+from launcher.vllm.signatures import EventKind, LogEvent
 
 TAIL_LINES = 50
 # A "line" with no newline (a progress bar redrawn with \r for an hour, binary junk) is cut into pieces of
@@ -74,8 +74,9 @@ class _Standing:
     confirmed: str | None
     acquitted: int
     pending: bool
-_NOTABLE = frozenset({"failure", "kv_tokens", "concurrency", "available_kv", "model_loading", "progress",
-                      "server_starting", "startup_complete", "version", "gpu_blocks", "shutdown"})
+_NOTABLE = frozenset({EventKind.FAILURE, EventKind.KV_TOKENS, EventKind.CONCURRENCY, EventKind.AVAILABLE_KV,
+                      EventKind.MODEL_LOADING, EventKind.PROGRESS, EventKind.SERVER_STARTING, EventKind.STARTUP_COMPLETE,
+                      EventKind.VERSION, EventKind.GPU_BLOCKS, EventKind.SHUTDOWN})
 
 
 class RotatingFile:
@@ -225,7 +226,7 @@ class LogPump(threading.Thread):
             event = self._diagnoser.feed(line)
             if event is not None and event.fatal == "specific" and self.fatal_at is None and self._diagnoser.decided:
                 self.fatal_at = self.last_output
-        if event is not None and event.kind == "serving" and PARSER_ERROR.match(event.message):
+        if event is not None and event.kind == EventKind.SERVING and PARSER_ERROR.match(event.message):
             self.tool_parser_errors += 1
         if event is not None and event.kind in _NOTABLE:
             self.messages.put(Message(Mark.LINE, event))

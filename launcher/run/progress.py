@@ -16,7 +16,7 @@ import structlog
 
 from launcher.plan.modelinfo import repo_cache_dir
 from launcher.units import GIB
-from launcher.vllm.signatures import LogEvent
+from launcher.vllm.signatures import EventKind, LogEvent
 
 log = structlog.get_logger("vllm_launch")
 
@@ -82,7 +82,7 @@ class PhaseReporter:
         self.last_download_report = 0.0
 
     def on_event(self, event: LogEvent) -> None:
-        phase = event.values.get("phase") if event.kind == "progress" else None
+        phase = event.values.get("phase") if event.kind == EventKind.PROGRESS else None
         if not isinstance(phase, str):
             return
         percent = event.values.get("percent")

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from launcher.vllm.signatures import SIGNATURES, LogEvent, Signature
+from launcher.vllm.signatures import SIGNATURES, EventKind, LogEvent, Signature
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _OUTER = re.compile(
@@ -42,7 +42,7 @@ _ACCESS = re.compile(r'^\s*\S+ - "[A-Z]+ ')
 _REQUEST_LOG = re.compile(r"^\s*(?:Received request|Generated response|Added request|Finished request|"
                           r"Aborted request|Request \S+ (?:details|JSON body|prompt|params))\b")
 _MAX_LINE = 64 * 1024  # vLLM's longest real lines (argument dumps) are a few KiB; beyond this only the head counts
-_QUIET_SIGNATURES = tuple(sig for sig in SIGNATURES if sig.kind != "failure")
+_QUIET_SIGNATURES = tuple(sig for sig in SIGNATURES if sig.kind != EventKind.FAILURE)
 # Most lines of a log carry nothing; two cheap tests turn them away. Python's regex engine skips
 # every position whose character cannot start an alternative, so each gate lists words that begin
 # with rare characters (capitals, `#`, `█`): they run at millions of lines a second.
@@ -74,7 +74,7 @@ _REQUEST_PATH = re.compile(r"[\[ ](?:serving_\w+|\w+_tool_parser|\w+_reasoning_p
 _EXCEPTION = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt))(?:: (?P<text>.*))?$")
 _QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING"})
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
-_REQUEST = LogEvent("request", "")
+_REQUEST = LogEvent(EventKind.REQUEST, "")
 _SOURCE_LINES = ("raise ", 'File "', "assert ")
 
 
@@ -132,7 +132,7 @@ def _match(line: str, signatures: Iterable[Signature], troubled: bool) -> LogEve
             stripped = message.lstrip()
             if stripped.startswith(_SOURCE_LINES):
                 return None  # traceback source lines repeat the message that follows them
-        if sig.kind == "failure" and ((level in _QUIET_LEVELS and not sig.any_level) or stripped.startswith(_SWALLOWED)):
+        if sig.kind == EventKind.FAILURE and ((level in _QUIET_LEVELS and not sig.any_level) or stripped.startswith(_SWALLOWED)):
             continue
         found = sig.pattern.search(message or "")
         if found:
@@ -148,7 +148,7 @@ def _match(line: str, signatures: Iterable[Signature], troubled: bool) -> LogEve
     if level in ("ERROR", "CRITICAL") and _REQUEST_PATH.search(line, 0, 400) is not None \
             and not stripped.startswith(_SOURCE_LINES):
         # Logged by a module that only runs for a request: one request's error on a server that serves.
-        return LogEvent("serving", stripped, proc=proc, pid=pid)
+        return LogEvent(EventKind.SERVING, stripped, proc=proc, pid=pid)
     return _exception_event(proc, pid, level, stripped)
 
 
@@ -173,6 +173,6 @@ def _exception_event(proc: str | None, pid: int | None, level: str | None, strip
     if level in (None, "ERROR", "CRITICAL") and not stripped.startswith(_SOURCE_LINES):
         found = _EXCEPTION.match(stripped)
         if found:
-            return LogEvent("exception", stripped, MappingProxyType({"type": found.group("type")}), proc=proc,
+            return LogEvent(EventKind.EXCEPTION, stripped, MappingProxyType({"type": found.group("type")}), proc=proc,
                             pid=pid)
     return None

@@ -33,6 +33,7 @@ from launcher.vllm.signatures import (
     OK,
     STARTUP_MEMORY,
     UNKNOWN,
+    EventKind,
     FailureClass,
     LogEvent,
 )
@@ -87,12 +88,15 @@ _PHASE_REASON = {"weights": "weights", "profiling": "profiling", "cuda_graphs": 
 _FRAME = re.compile(r'File "[^"]*", line \d+, in (\w+)|processing method (\w+)|(torch\.cuda\.graph\()')
 _HINT_WINDOW = 80  # lines before the out-of-memory line whose frames still describe it
 # Lines that show the start-up moving on: a failure line read before one of these did not end it.
-ACQUITTING = frozenset({"progress", "model_loading", "kv_tokens", "concurrency", "available_kv", "gpu_blocks",
-                        "memory_budget", "server_starting", "startup_complete", "joined"})
+ACQUITTING = frozenset({EventKind.PROGRESS, EventKind.MODEL_LOADING, EventKind.KV_TOKENS, EventKind.CONCURRENCY,
+                        EventKind.AVAILABLE_KV, EventKind.GPU_BLOCKS, EventKind.MEMORY_BUDGET, EventKind.SERVER_STARTING,
+                        EventKind.STARTUP_COMPLETE, EventKind.JOINED})
 # Lines that show that a start-up happened at all (a pasted error without any of these is never `ok`).
-_STARTUP_EVIDENCE = ACQUITTING | {"request", "serving", "version", "joined"}
+_STARTUP_EVIDENCE = ACQUITTING | {EventKind.REQUEST, EventKind.SERVING, EventKind.VERSION, EventKind.JOINED}
 # Lines a rank prints only inside an assembled group (vLLM forms the group before it loads the model).
-_JOINED = frozenset({"joined", "model_loading", "available_kv", "kv_tokens"})
+_JOINED = frozenset({EventKind.JOINED, EventKind.MODEL_LOADING, EventKind.AVAILABLE_KV, EventKind.KV_TOKENS})
+# Lines that show a server up, or answering.
+_SERVING = (EventKind.SERVER_STARTING, EventKind.STARTUP_COMPLETE, EventKind.REQUEST, EventKind.SERVING)
 # An exception line, `[module.]TypeError: text`: the last line of a traceback.
 _EXCEPTION_FORM = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)\b")
 _TRACEBACK = "Traceback (most recent call last)"
@@ -223,9 +227,9 @@ class Diagnoser:
 
     def observe(self, event: LogEvent) -> None:
         kind = event.kind
-        if kind == "failure":
+        if kind == EventKind.FAILURE:
             self._failure(event)
-        elif kind == "exception":
+        elif kind == EventKind.EXCEPTION:
             if not self.errors:
                 self.first_error = event.message
             self.errors += 1
@@ -233,14 +237,14 @@ class Diagnoser:
             if "initialization failed" not in event.message:
                 self.last_exception = event
                 self.last_exception_line = self.lines
-        elif kind == "shutdown":
+        elif kind == EventKind.SHUTDOWN:
             self.shutting_down = True
-        elif kind in ("server_starting", "startup_complete", "request", "serving"):
+        elif kind in _SERVING:
             self.serving = True
             # Only the start-up's end, or a request that reached the server, completes it: a request-path module
             # (kind "serving") also logs while the server is still being set up.
-            self.completed = self.completed or kind in ("startup_complete", "request")
-        elif kind == "progress":
+            self.completed = self.completed or kind in (EventKind.STARTUP_COMPLETE, EventKind.REQUEST)
+        elif kind == EventKind.PROGRESS:
             self.phase = str(event.values.get("phase", self.phase))
         if kind in _STARTUP_EVIDENCE:
             self.started = True
@@ -248,15 +252,15 @@ class Diagnoser:
             self.joined = True
         if kind in ACQUITTING and self.failure is not None and not _sibling_ranks(self.failure, event):
             self.acquit()
-        if kind not in ("failure", "exception"):
+        if kind not in (EventKind.FAILURE, EventKind.EXCEPTION):
             self.last_progress_line = self.lines
-        if kind == "version" and "vllm_version" in event.values and self.failure is None:
+        if kind == EventKind.VERSION and "vllm_version" in event.values and self.failure is None:
             for key in _PER_RANK_MIN:  # a new start of vLLM in the same log: its capacity replaces the last
                 self.numbers.pop(key, None)
         for key, value in event.values.items():
             if key in _PER_RANK_MIN and isinstance(value, int | float) and isinstance(self.numbers.get(key), int | float):
                 self.numbers[key] = min(self.numbers[key], value)
-            elif key in _PER_RANK_MIN or key in _CAPACITY_KEYS or kind == "kv_detail" or key not in self.numbers:
+            elif key in _PER_RANK_MIN or key in _CAPACITY_KEYS or kind == EventKind.KV_DETAIL or key not in self.numbers:
                 self.numbers[key] = value
 
     def _failure(self, event: LogEvent) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from launcher.vllm.signatures import LogEvent
+from launcher.vllm.signatures import EventKind, LogEvent
 
 # The order the console and `diagnose` show them in.
 PHASES = ("download", "weights", "compile", "profiling", "cuda_graphs", "warmup", "api_server")
@@ -26,7 +26,7 @@ WORDS = {"download": "download", "weights": "weights", "compile": "compile", "pr
 _REPORTED = {"weights_s": "weights", "model_loading_s": "weights", "compile_s": "compile",
              "cuda_graphs_s": "cuda_graphs"}
 # Events that close the phase under way without opening another.
-_CLOSES = {"model_loading": "weights", "startup_complete": "api_server"}
+_CLOSES = {EventKind.MODEL_LOADING: "weights", EventKind.STARTUP_COMPLETE: "api_server"}
 _VLLM_TIME = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d+))? ")
 _ISO_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?")
 
@@ -52,14 +52,14 @@ def line_time(line: str) -> float | None:
 def phase_of(event: LogEvent) -> str | None:
     """The phase a line says the start-up is in (None: it says nothing of one)."""
     kind = event.kind
-    if kind == "progress":
+    if kind == EventKind.PROGRESS:
         phase = event.values.get("phase")
         return phase if isinstance(phase, str) else None
-    if kind == "info" and "compile_cache" in event.values:  # a cache hit (a miss is a progress line)
+    if kind == EventKind.INFO and "compile_cache" in event.values:  # a cache hit (a miss is a progress line)
         return "compile"
-    if kind in ("available_kv", "kv_tokens", "gpu_blocks", "memory_budget"):
+    if kind in (EventKind.AVAILABLE_KV, EventKind.KV_TOKENS, EventKind.GPU_BLOCKS, EventKind.MEMORY_BUDGET):
         return "profiling"
-    if kind == "server_starting":
+    if kind == EventKind.SERVER_STARTING:
         return "api_server"
     return None
 
@@ -69,7 +69,7 @@ def timed(event: LogEvent) -> bool:
     return event.kind in _TIMING_KINDS or phase_of(event) is not None
 
 
-_TIMING_KINDS = frozenset({"info", "model_loading", "startup_complete"})
+_TIMING_KINDS = frozenset({EventKind.INFO, EventKind.MODEL_LOADING, EventKind.STARTUP_COMPLETE})
 
 
 @dataclass(slots=True)

@@ -1,6 +1,7 @@
-"""What a signature is and the helpers that build one: the failure classes, `LogEvent`, `Signature`, `_sig`
-and the converters that turn a match's groups into numbers. The tables are `launcher.vllm.signatures` and
-`launcher.vllm.config_signatures`.
+"""What a signature is and the helpers that build one: the failure classes, the event kinds, `LogEvent`,
+`Signature`, `_sig` and the converters that turn a match's groups into numbers. The tables are
+`launcher.vllm.signatures` and `launcher.vllm.config_signatures`; a configuration failure's reasons are
+`launcher.vllm.config_reasons`.
 """
 
 from __future__ import annotations
@@ -40,15 +41,41 @@ CONFIG = FailureClass.CONFIG
 UNKNOWN = FailureClass.UNKNOWN
 
 
+class EventKind(enum.StrEnum):
+    """What one log line says (`LogEvent.kind`, `Signature.kind`). A StrEnum: logs and JSON keep the same strings."""
+
+    FAILURE = "failure"  # a failure signature: `LogEvent.failure` holds its class
+    EXCEPTION = "exception"  # an exception line no signature knows: the root cause when nothing better comes
+    # capacity and memory: what the engine got
+    KV_TOKENS = "kv_tokens"
+    CONCURRENCY = "concurrency"
+    GPU_BLOCKS = "gpu_blocks"
+    AVAILABLE_KV = "available_kv"
+    MEMORY_BUDGET = "memory_budget"
+    MODEL_LOADING = "model_loading"
+    KV_CACHE_MEMORY_HINT = "kv_cache_memory_hint"
+    KV_DETAIL = "kv_detail"  # a wrapped KV-cache failure's numbers, on the lines after it
+    ENGINE_ARGS = "engine_args"  # the settings vLLM started with
+    VERSION = "version"  # vLLM's version, and the engine's own view of its configuration
+    JOINED = "joined"  # this rank's place in an assembled torch.distributed world
+    INFO = "info"  # a duration vLLM reports (weights, torch.compile, engine init) or a compile-cache hit
+    PROGRESS = "progress"  # the phase a start-up is in
+    SERVER_STARTING = "server_starting"
+    STARTUP_COMPLETE = "startup_complete"
+    SERVING = "serving"  # a line only vLLM's request handling prints: the server serves
+    REQUEST = "request"  # a client's request (access or request log) reached the server; its text carries nothing
+    SHUTDOWN = "shutdown"
+
+
 @dataclass(frozen=True, slots=True)
 class LogEvent:
     """What one line says: a kind, its numbers, and whether it ends the attempt."""
 
-    kind: str
+    kind: EventKind
     message: str
     values: Mapping[str, Any] = field(default_factory=dict)
     failure: FailureClass | None = None  # for failure kinds
-    reason: str | None = None  # config reason
+    reason: str | None = None  # a ConfigReason for a configuration failure, else the failure's sub-kind
     fatal: str | None = None  # "specific" (decide now) or "generic" (wait briefly for the root cause)
     proc: str | None = None  # vLLM's process prefix, `(Worker_TP1 pid=42)`: its name …
     pid: int | None = None  # … and its pid
@@ -56,11 +83,11 @@ class LogEvent:
 
 @dataclass(frozen=True, slots=True)
 class Signature:
-    kind: str
+    kind: EventKind
     needle: str
     pattern: re.Pattern[str]
     failure: FailureClass | None = None
-    reason: str | None = None
+    reason: str | None = None  # a ConfigReason for a configuration failure, else the failure's sub-kind
     fatal: str | None = None
     convert: Callable[[dict[str, str | None]], dict[str, Any]] | None = None
     any_level: bool = False  # a failure that vLLM logs at INFO (zero blocks, negative KV memory)
@@ -93,7 +120,7 @@ def _tool_parser(groups: dict[str, str | None]) -> dict[str, Any]:
     return values
 
 
-def _sig(kind: str, needle: str, pattern: str, failure: FailureClass | None = None, reason: str | None = None,
+def _sig(kind: EventKind, needle: str, pattern: str, failure: FailureClass | None = None, reason: str | None = None,
          fatal: str | None = None, convert: Callable[[dict[str, str | None]], dict[str, Any]] | None = None,
          any_level: bool = False) -> Signature:
     return Signature(kind, needle, re.compile(pattern), failure, reason, fatal, convert, any_level)

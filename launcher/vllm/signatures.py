@@ -25,6 +25,7 @@ from launcher.vllm.signature_kit import (
     OK,
     STARTUP_MEMORY,
     UNKNOWN,
+    EventKind,
     FailureClass,
     LogEvent,
     Signature,
@@ -35,7 +36,7 @@ from launcher.vllm.signature_kit import (
 
 __all__ = ["COMPILE_CACHE", "CONFIG", "DISTRIBUTED_INIT", "ENGINE_DEAD", "FP8_UNSUPPORTED", "KV_INSUFFICIENT",
            "NO_CACHE_BLOCKS", "OK", "SIGNATURES",
-           "STARTUP_MEMORY", "UNKNOWN", "FailureClass", "LogEvent", "Signature"]
+           "STARTUP_MEMORY", "UNKNOWN", "EventKind", "FailureClass", "LogEvent", "Signature"]
 
 
 def _memory_profile(groups: dict[str, str | None]) -> dict[str, Any]:
@@ -54,28 +55,29 @@ _KV_NEEDED = (rf"\(?(?P<needed_gib>{_GIB}) Gi?B KV cache is needed, which is lar
 _ENGINE_EXC = r"^\s*(?:[\w.]+\.)?"  # an exception line: the type starts the message, client text cannot
 SIGNATURES: tuple[Signature, ...] = (
     # ---- no room at all for KV: INFO lines that mean the attempt is lost (vLLM raises right after)
-    _sig("failure", "blocks: 0,", r"^# (?:GPU|cuda|CUDA|[A-Za-z]+) blocks: (?P<gpu_blocks>0), # CPU blocks",
+    _sig(EventKind.FAILURE, "blocks: 0,", r"^# (?:GPU|cuda|CUDA|[A-Za-z]+) blocks: (?P<gpu_blocks>0), # CPU blocks",
          NO_CACHE_BLOCKS, fatal="specific", convert=_numbers(gpu_blocks="int"), any_level=True),
-    _sig("failure", "Available KV cache memory: -", r"Available KV cache memory: (?P<available_kv_gib>-[\d.]+) GiB",
+    _sig(EventKind.FAILURE, "Available KV cache memory: -", r"Available KV cache memory: (?P<available_kv_gib>-[\d.]+) GiB",
          NO_CACHE_BLOCKS, fatal="specific", convert=_numbers(available_kv_gib="float"), any_level=True),
-    _sig("failure", "reserved for KV Cache is -", r"the rest of the memory reserved for KV Cache is "
+    _sig(EventKind.FAILURE, "reserved for KV Cache is -", r"the rest of the memory reserved for KV Cache is "
          r"(?P<available_kv_gib>-[\d.]+) ?GiB", NO_CACHE_BLOCKS, fatal="specific",
          convert=_numbers(available_kv_gib="float"), any_level=True),
     # ---- capacity and memory: what the engine got (per rank with TP/PP: the diagnosis keeps the minimum)
-    _sig("kv_tokens", "KV cache size:",
+    _sig(EventKind.KV_TOKENS, "KV cache size:",
          r"(?:GPU|[A-Z]+(?: \+ host)?) KV cache size: (?P<kv_tokens>[\d,]+) tokens"
          r"(?:, Maximum concurrency for (?P<concurrency_len>[\d,]+) tokens per request: (?P<max_concurrency>[\d.]+)x)?",
          convert=_numbers(kv_tokens="int", concurrency_len="int", max_concurrency="float")),
-    _sig("concurrency", "Maximum concurrency for",
+    _sig(EventKind.CONCURRENCY, "Maximum concurrency for",
          r"Maximum concurrency for (?P<concurrency_len>[\d,]+) tokens per request: (?P<max_concurrency>[\d.]+)x",
          convert=_numbers(concurrency_len="int", max_concurrency="float")),
-    _sig("gpu_blocks", " blocks: ",
+    _sig(EventKind.GPU_BLOCKS, " blocks: ",
          r"^\s*#? ?(?:GPU|cuda|[A-Za-z]+) blocks: (?P<gpu_blocks>\d+)(?:, # CPU blocks: (?P<cpu_blocks>\d+))?",
          convert=_numbers(gpu_blocks="int", cpu_blocks="int")),
-    _sig("gpu_blocks", "num_gpu_blocks is:", r"num_gpu_blocks is: (?P<gpu_blocks>\d+)", convert=_numbers(gpu_blocks="int")),
-    _sig("available_kv", "Available KV cache memory:", rf"Available KV cache memory: (?P<available_kv_gib>{_GIB}) GiB",
+    _sig(EventKind.GPU_BLOCKS, "num_gpu_blocks is:", r"num_gpu_blocks is: (?P<gpu_blocks>\d+)",
+         convert=_numbers(gpu_blocks="int")),
+    _sig(EventKind.AVAILABLE_KV, "Available KV cache memory:", rf"Available KV cache memory: (?P<available_kv_gib>{_GIB}) GiB",
          convert=_numbers(available_kv_gib="float")),
-    _sig("available_kv", "the rest of the memory reserved for KV Cache",
+    _sig(EventKind.AVAILABLE_KV, "the rest of the memory reserved for KV Cache",
          rf"model weights take (?P<weights_gib>[\d.]+) ?GiB; non_torch_memory takes (?P<non_torch_gib>[\d.]+) ?GiB; "
          rf"PyTorch activation peak memory takes (?P<activation_gib>[\d.]+) ?GiB; "
          rf"the rest of the memory reserved for KV Cache is (?P<available_kv_gib>{_GIB}) ?GiB"
@@ -83,196 +85,197 @@ SIGNATURES: tuple[Signature, ...] = (
          convert=lambda g: {**_numbers(weights_gib="float", non_torch_gib="float", activation_gib="float",
                                         available_kv_gib="float")(g),
                             **({"available_kv_gib": float(g["kv_only_gib"] or 0)} if g.get("kv_only_gib") else {})}),
-    _sig("memory_budget", "total_gpu_memory (", r"can use total_gpu_memory \((?P<total_gib>[\d.]+) ?GiB\) x "
+    _sig(EventKind.MEMORY_BUDGET, "total_gpu_memory (", r"can use total_gpu_memory \((?P<total_gib>[\d.]+) ?GiB\) x "
          r"gpu_memory_utilization \((?P<utilization>[\d.]+)\) = (?P<requested_gib>[\d.]+) ?GiB",
          convert=_numbers(total_gib="float", utilization="float", requested_gib="float")),
-    _sig("memory_budget", "total_gpu_memory=", r"(?P<text>total_gpu_memory=.*)", convert=_memory_profile),
-    _sig("memory_budget", "kv_cache_size=", r"(?P<text>kv_cache_size=.*)", convert=_memory_profile),
-    _sig("memory_budget", "Desired GPU memory utilization is",  # 0.10.x, a successful start: the breakdown
+    _sig(EventKind.MEMORY_BUDGET, "total_gpu_memory=", r"(?P<text>total_gpu_memory=.*)", convert=_memory_profile),
+    _sig(EventKind.MEMORY_BUDGET, "kv_cache_size=", r"(?P<text>kv_cache_size=.*)", convert=_memory_profile),
+    _sig(EventKind.MEMORY_BUDGET, "Desired GPU memory utilization is",  # 0.10.x, a successful start: the breakdown
          rf"Free memory on device(?: \S{{1,256}})? {_FREE} on startup\. Desired GPU memory utilization is "
          rf"\((?P<utilization>[\d.]+), (?P<requested_gib>{_GIB}) GiB\)(?:\. Actual usage is (?P<weights_gib>[\d.]+) GiB "
          r"for weight, (?P<activation_gib>[\d.]+) GiB for peak activation, (?P<non_torch_gib>[\d.]+) GiB for "
          r"non-torch memory, and (?P<cudagraph_gib>[\d.]+) GiB for CUDAGraph memory)?",
          convert=_numbers(free_gib="float", total_gib="float", utilization="float", requested_gib="float",
                           weights_gib="float", activation_gib="float", non_torch_gib="float", cudagraph_gib="float")),
-    _sig("available_kv", "GiB for KV cache on node",  # CPU backend, vLLM 0.3x
+    _sig(EventKind.AVAILABLE_KV, "GiB for KV cache on node",  # CPU backend, vLLM 0.3x
          r"(?:Explicitly|Auto) set \((?P<available_kv_gib>[\d.]+)/(?P<total_gib>[\d.]+)\) GiB for KV cache",
          convert=_numbers(available_kv_gib="float", total_gib="float")),
-    _sig("model_loading", "took",
+    _sig(EventKind.MODEL_LOADING, "took",
          r"(?:Model loading took (?P<model_loading_gib>[\d.]+) Gi?B(?: memory)?(?: and (?P<model_loading_s>[\d.]+) seconds)?"
          r"|Loading model weights took (?P<model_loading_gb>[\d.]+) GB)",
          convert=_numbers(model_loading_gib="float", model_loading_gb="float", model_loading_s="float")),
-    _sig("kv_cache_memory_hint", "--kv-cache-memory=",
+    _sig(EventKind.KV_CACHE_MEMORY_HINT, "--kv-cache-memory=",
          r"--kv-cache-memory=(?P<kv_cache_memory_fit>-?\d+)` \([^)]*\) to fit into requested memory, "
          r"or `--kv-cache-memory=(?P<kv_cache_memory_full>-?\d+)",
          convert=_numbers(kv_cache_memory_fit="int", kv_cache_memory_full="int")),
     # ---- the settings vLLM started with: the calibration of a start-up needs its utilization and length
-    _sig("engine_args", "gpu_memory_utilization", r"(?:non-default args: |args: Namespace\().*?"
+    _sig(EventKind.ENGINE_ARGS, "gpu_memory_utilization", r"(?:non-default args: |args: Namespace\().*?"
          r"'?gpu_memory_utilization'?(?:: |=)(?P<utilization>[\d.]+)",
          convert=_numbers(utilization="float")),
     # ---- the version, and the engine's own view of its configuration
-    _sig("version", "LLM engine", r"Initializing (?:a V[01] |an )LLM engine(?: \(v(?P<vllm_version>[^)\s]+)\))?"
+    _sig(EventKind.VERSION, "LLM engine", r"Initializing (?:a V[01] |an )LLM engine(?: \(v(?P<vllm_version>[^)\s]+)\))?"
          r"(?: with config(?:.*?max_seq_len=(?P<max_model_len>\d+))?|\s*$)",
          convert=_numbers(vllm_version="str", max_model_len="int")),
     # The same record pasted with its config wrapped over several lines: the length stands on one of them.
-    _sig("version", "max_seq_len=", r"^(?:dtype=\S{1,256},? )?max_seq_len=(?P<max_model_len>\d+),",
+    _sig(EventKind.VERSION, "max_seq_len=", r"^(?:dtype=\S{1,256},? )?max_seq_len=(?P<max_model_len>\d+),",
          convert=_numbers(max_model_len="int")),
-    _sig("version", "server version", r"vLLM (?:API )?server version (?P<vllm_version>\S{1,256}?),?(?:\s|$)",
+    _sig(EventKind.VERSION, "server version", r"vLLM (?:API )?server version (?P<vllm_version>\S{1,256}?),?(?:\s|$)",
          convert=_numbers(vllm_version="str")),
-    _sig("version", "version ", r"(?:[▄█▀]\s*)+version (?P<vllm_version>\d+\.\d+\.\d+\S*)\s*$",  # 0.15+ logo
+    _sig(EventKind.VERSION, "version ", r"(?:[▄█▀]\s*)+version (?P<vllm_version>\d+\.\d+\.\d+\S*)\s*$",  # 0.15+ logo
          convert=_numbers(vllm_version="str")),
     # ---- a rank of a multi-node group: torch.distributed assembled the world (printed only once every rank came)
-    _sig("joined", "in world size", r"^rank (?P<rank>\d+) in world size (?P<world_size>\d+) is assigned as",
+    _sig(EventKind.JOINED, "in world size", r"^rank (?P<rank>\d+) in world size (?P<world_size>\d+) is assigned as",
          convert=_numbers(rank="int", world_size="int")),
     # ---- progress: the phase a start-up is in (a CUDA OOM's reason is the phase it happened in)
     # ---- where the start-up's time went: vLLM's own durations (launcher/vllm/phases.py); before the progress lines
-    _sig("info", "Loading weights took", r"^Loading weights took (?P<weights_s>[\d.]+) ?s",
+    _sig(EventKind.INFO, "Loading weights took", r"^Loading weights took (?P<weights_s>[\d.]+) ?s",
          convert=_numbers(weights_s="float")),
-    _sig("info", "torch.compile t", r"torch\.compile (?:takes|took) (?P<compile_s>[\d.]+) s in total",
+    _sig(EventKind.INFO, "torch.compile t", r"torch\.compile (?:takes|took) (?P<compile_s>[\d.]+) s in total",
          convert=_numbers(compile_s="float")),
-    _sig("info", "Directly load", r"Directly load (?:the compiled graph|AOT compilation)",
+    _sig(EventKind.INFO, "Directly load", r"Directly load (?:the compiled graph|AOT compilation)",
          convert=lambda g: {"compile_cache": "hit"}),
-    _sig("progress", "Compil", r"Compiling a graph for (?:dynamic shape|general shape|compile range "
+    _sig(EventKind.PROGRESS, "Compil", r"Compiling a graph for (?:dynamic shape|general shape|compile range "
          r"\S.{0,80}?) takes|Compiling model again due to a load failure",
          convert=lambda g: {"compile_cache": "miss", "phase": "compile"}),
-    _sig("info", "(profile, create", r"^init engine \(profile, create kv cache, warmup model\) took "
+    _sig(EventKind.INFO, "(profile, create", r"^init engine \(profile, create kv cache, warmup model\) took "
          r"(?P<engine_init_s>[\d.]+) ?s", convert=_numbers(engine_init_s="float")),
-    _sig("progress", "Graph capturing finished in", r"Graph capturing finished in (?P<cuda_graphs_s>\d+) secs",
+    _sig(EventKind.PROGRESS, "Graph capturing finished in", r"Graph capturing finished in (?P<cuda_graphs_s>\d+) secs",
          convert=lambda g: {"phase": "cuda_graphs", "cuda_graphs_s": float(g["cuda_graphs_s"] or 0)}),
-    _sig("progress", "Starting to load model", r"^Starting to load model", convert=lambda g: {"phase": "weights"}),
-    _sig("progress", "checkpoint shards", r"Loading \S{1,256} checkpoint shards:\s+(?P<percent>\d+)% Completed",
+    _sig(EventKind.PROGRESS, "Starting to load model", r"^Starting to load model", convert=lambda g: {"phase": "weights"}),
+    _sig(EventKind.PROGRESS, "checkpoint shards", r"Loading \S{1,256} checkpoint shards:\s+(?P<percent>\d+)% Completed",
          convert=lambda g: {"phase": "weights", "percent": _int(g.get("percent"))}),
-    _sig("progress", "Memory profiling", r"^Memory profiling", convert=lambda g: {"phase": "profiling"}),
-    _sig("progress", "Starting profile run", r"^Starting profile run", convert=lambda g: {"phase": "profiling"}),
-    _sig("progress", "Capturing CUDA graph", r"Capturing CUDA graph", convert=lambda g: {"phase": "cuda_graphs"}),
-    _sig("progress", "Graph capturing finished", r"Graph capturing finished", convert=lambda g: {"phase": "cuda_graphs"}),
-    _sig("progress", "Warming up", r"Warming up", convert=lambda g: {"phase": "warmup"}),
-    _sig("progress", "Compil", r"Compil(?:ing|ation)", convert=lambda g: {"phase": "compile"}),
-    _sig("progress", "Download", r"(?:Downloading|Download(?:ed|ing)? \S{1,256}|Fetching \d+ files)",
+    _sig(EventKind.PROGRESS, "Memory profiling", r"^Memory profiling", convert=lambda g: {"phase": "profiling"}),
+    _sig(EventKind.PROGRESS, "Starting profile run", r"^Starting profile run", convert=lambda g: {"phase": "profiling"}),
+    _sig(EventKind.PROGRESS, "Capturing CUDA graph", r"Capturing CUDA graph", convert=lambda g: {"phase": "cuda_graphs"}),
+    _sig(EventKind.PROGRESS, "Graph capturing finished", r"Graph capturing finished", convert=lambda g: {"phase": "cuda_graphs"}),
+    _sig(EventKind.PROGRESS, "Warming up", r"Warming up", convert=lambda g: {"phase": "warmup"}),
+    _sig(EventKind.PROGRESS, "Compil", r"Compil(?:ing|ation)", convert=lambda g: {"phase": "compile"}),
+    _sig(EventKind.PROGRESS, "Download", r"(?:Downloading|Download(?:ed|ing)? \S{1,256}|Fetching \d+ files)",
          convert=lambda g: {"phase": "download"}),
     # ---- readiness markers (informational: readiness itself is /health + /v1/models)
-    _sig("server_starting", "server", r"^Starting vLLM (?:API )?server(?: \d+)? on (?P<address>\S{1,256})",
+    _sig(EventKind.SERVER_STARTING, "server", r"^Starting vLLM (?:API )?server(?: \d+)? on (?P<address>\S{1,256})",
          convert=_numbers(address="str")),
-    _sig("server_starting", "Uvicorn running on", r"^Uvicorn running on (?P<address>.+?)(?: \(Press CTRL\+C|$)",
+    _sig(EventKind.SERVER_STARTING, "Uvicorn running on", r"^Uvicorn running on (?P<address>.+?)(?: \(Press CTRL\+C|$)",
          convert=_numbers(address="str")),
-    _sig("startup_complete", "Application startup complete", r"^Application startup complete"),
+    _sig(EventKind.STARTUP_COMPLETE, "Application startup complete", r"^Application startup complete"),
     # Lines only vLLM's request handling prints: a server that logs them is serving (their ERROR lines are
     # one request's trouble, answered with a 4xx/5xx to that client). Records logged by the request-path
     # modules (serving_*.py, the tool and reasoning parsers) count too (launcher/vllm/classify.py).
-    _sig("serving", "Error in preprocessing prompt inputs", r"Error in preprocessing prompt inputs"),
-    _sig("serving", "present in the request but ignored", r"^The following fields were present in the request "
+    _sig(EventKind.SERVING, "Error in preprocessing prompt inputs", r"Error in preprocessing prompt inputs"),
+    _sig(EventKind.SERVING, "present in the request but ignored", r"^The following fields were present in the request "
          r"but ignored"),
-    _sig("serving", "Error in extracting tool call", r"^Error in extracting tool call from response"),
-    _sig("serving", "Error trying to handle streaming tool call", r"^Error trying to handle streaming tool call"),
-    _sig("serving", "Error in applying chat template from request", r"Error in applying chat template from request"),
-    _sig("serving", "Failed to extract tool call spec", r"^Failed to extract tool call spec"),
-    _sig("serving", "Exception in ASGI application", r"^Exception in ASGI application"),
-    _sig("shutdown", "hutting down", r"^(?:Shutting down FastAPI HTTP server|Shutting down$)"),
-    _sig("shutdown", "shutdown triggered", r"\[shutdown\] API server: shutdown triggered"),
+    _sig(EventKind.SERVING, "Error in extracting tool call", r"^Error in extracting tool call from response"),
+    _sig(EventKind.SERVING, "Error trying to handle streaming tool call", r"^Error trying to handle streaming tool call"),
+    _sig(EventKind.SERVING, "Error in applying chat template from request", r"Error in applying chat template from request"),
+    _sig(EventKind.SERVING, "Failed to extract tool call spec", r"^Failed to extract tool call spec"),
+    _sig(EventKind.SERVING, "Exception in ASGI application", r"^Exception in ASGI application"),
+    _sig(EventKind.SHUTDOWN, "hutting down", r"^(?:Shutting down FastAPI HTTP server|Shutting down$)"),
+    _sig(EventKind.SHUTDOWN, "shutdown triggered", r"\[shutdown\] API server: shutdown triggered"),
     # ---- start-up memory (GPU and CPU backend)
-    _sig("failure", "is less than desired",
+    _sig(EventKind.FAILURE, "is less than desired",
          rf"Free memory on device(?: \S{{1,256}})? {_FREE}(?: on startup)? is less than (?:desired GPU memory utilization "
          rf"\((?P<utilization>[\d.]+), (?P<requested_gib>{_GIB}) GiB\)|the engine's budget)",
          STARTUP_MEMORY, "free_below_utilization", "specific",
          _numbers(free_gib="float", total_gib="float", utilization="float", requested_gib="float")),
-    _sig("failure", "is less than the engine's budget",
+    _sig(EventKind.FAILURE, "is less than the engine's budget",
          rf"Free memory on device(?: \S{{1,256}})? {_FREE}(?: on startup)? is less than the engine's budget",
          STARTUP_MEMORY, "free_below_utilization", "specific", _numbers(free_gib="float", total_gib="float")),
-    _sig("failure", "on startup is less than desired CPU",
+    _sig(EventKind.FAILURE, "on startup is less than desired CPU",
          rf"Available memory on node \d+ {_FREE} on startup is less than "
          rf"desired CPU memory utilization \((?P<utilization>[\d.]+), (?P<requested_gib>{_GIB}) GiB\)",
          STARTUP_MEMORY, "free_below_utilization", "specific",
          _numbers(free_gib="float", total_gib="float", utilization="float", requested_gib="float")),
-    _sig("failure", "on kv cache allocation is less than requested memory",  # CPU backend, 0.31+
+    _sig(EventKind.FAILURE, "on kv cache allocation is less than requested memory",  # CPU backend, 0.31+
          rf"Available memory on node \d+ {_FREE} on kv cache allocation is less than requested memory for kv",
          STARTUP_MEMORY, "free_below_utilization", "specific", _numbers(free_gib="float", total_gib="float")),
-    _sig("failure", "Externally held weights on device",
+    _sig(EventKind.FAILURE, "Externally held weights on device",
          rf"Externally held weights on device(?: \S{{1,256}})? {_FREE} exceed the desired GPU memory utilization",
          STARTUP_MEMORY, "free_below_utilization", "specific"),
-    _sig("failure", "warming up", r"CUDA out of memory occurred when warming up (?:sampler|pooler)",
+    _sig(EventKind.FAILURE, "warming up", r"CUDA out of memory occurred when warming up (?:sampler|pooler)",
          STARTUP_MEMORY, "sampler_warmup", "specific"),
-    _sig("failure", "not enough GPU memory", r"Failed to load model - not enough GPU memory", STARTUP_MEMORY,
+    _sig(EventKind.FAILURE, "not enough GPU memory", r"Failed to load model - not enough GPU memory", STARTUP_MEMORY,
          "weights", "specific"),
-    _sig("failure", "out of memory",
+    _sig(EventKind.FAILURE, "out of memory",
          r"(?:CUDA|HIP|XPU) (?:driver )?(?:error: )?out of memory(?:\. Tried to allocate (?P<tried>[\d.]+ [GM]iB))?",
          STARTUP_MEMORY, fatal="specific", convert=_numbers(tried="str")),
-    _sig("failure", "CUBLAS_STATUS_ALLOC_FAILED", r"CUBLAS_STATUS_ALLOC_FAILED", STARTUP_MEMORY, fatal="specific"),
-    _sig("failure", "Error in memory profiling", r"Error in memory profiling", STARTUP_MEMORY, "memory_changed",
+    _sig(EventKind.FAILURE, "CUBLAS_STATUS_ALLOC_FAILED", r"CUBLAS_STATUS_ALLOC_FAILED", STARTUP_MEMORY, fatal="specific"),
+    _sig(EventKind.FAILURE, "Error in memory profiling", r"Error in memory profiling", STARTUP_MEMORY, "memory_changed",
          "specific"),
     # ---- FP8 KV cache (or FP8 kernels) on a GPU without native fp8
-    _sig("failure", "fp8", r"does not support fp8 kv-cache on this device|fp8e4nv (?:data type is )?not supported"
+    _sig(EventKind.FAILURE, "fp8", r"does not support fp8 kv-cache on this device|fp8e4nv (?:data type is )?not supported"
          r"|needs native fp8e4nv", FP8_UNSUPPORTED, fatal="specific"),
-    _sig("failure", "not supported with --kv-cache-dtype", r"not supported with --kv-cache-dtype", FP8_UNSUPPORTED,
+    _sig(EventKind.FAILURE, "not supported with --kv-cache-dtype", r"not supported with --kv-cache-dtype", FP8_UNSUPPORTED,
          fatal="specific"),
-    _sig("failure", "FP8 KV cache", r"FP8 KV cache is not supported by|with FP8 KV cache not yet supported"
+    _sig(EventKind.FAILURE, "FP8 KV cache", r"FP8 KV cache is not supported by|with FP8 KV cache not yet supported"
          r"|FlashAttention V1 with FP8 KV cache", FP8_UNSUPPORTED, fatal="specific"),
-    _sig("failure", "is not supported by", r"--kv-cache-dtype \S{1,256} is not supported by (?:the CPU attention backend"
+    _sig(EventKind.FAILURE, "is not supported by", r"--kv-cache-dtype \S{1,256} is not supported by (?:the CPU attention backend"
          r"|MLA attention on CPU)", FP8_UNSUPPORTED, fatal="specific"),
-    _sig("failure", "kv_cache_dtype not supported", r"kv_cache_dtype not supported", FP8_UNSUPPORTED, fatal="specific"),
+    _sig(EventKind.FAILURE, "kv_cache_dtype not supported", r"kv_cache_dtype not supported", FP8_UNSUPPORTED, fatal="specific"),
     # ---- KV cache too small for the context; a wrapped paste keeps its numbers on the next lines
-    _sig("failure", "max seq len",
+    _sig(EventKind.FAILURE, "max seq len",
          rf"To serve at least one request with the models?'s {_MAX_SEQ},?\s*(?:{_KV_NEEDED}|\(?(?P<needed_only>{_GIB}) Gi?B)?"
          r"(?:.*?the estimated maximum model length is (?P<estimated_max_model_len>\d+))?",
          KV_INSUFFICIENT, fatal="specific",
          convert=lambda g: {**_numbers(max_model_len="int", needed_gib="float", available_kv_gib="float",
                                         estimated_max_model_len="int")(g),
                             **({"needed_gib": float(g["needed_only"] or 0)} if g.get("needed_only") else {})}),
-    _sig("failure", "maximum number of tokens that can be stored",
+    _sig(EventKind.FAILURE, "maximum number of tokens that can be stored",
          rf"The model's {_MAX_SEQ} is larger than the maximum number of tokens that can be "
          r"stored in KV cache \((?P<estimated_max_model_len>\d+)\)",
          KV_INSUFFICIENT, fatal="specific",
          convert=lambda g: {**_numbers(max_model_len="int", estimated_max_model_len="int")(g),
                             "kv_tokens": _int(g.get("estimated_max_model_len"))}),
-    _sig("kv_detail", "KV cache is needed", rf"^\s*{_KV_NEEDED}",
+    _sig(EventKind.KV_DETAIL, "KV cache is needed", rf"^\s*{_KV_NEEDED}",
          convert=_numbers(needed_gib="float", available_kv_gib="float")),
-    _sig("kv_detail", "larger than the available KV cache memory",
+    _sig(EventKind.KV_DETAIL, "larger than the available KV cache memory",
          rf"larger than the available KV cache memory \((?P<available_kv_gib>{_GIB}) Gi?B\)",
          convert=_numbers(available_kv_gib="float")),
-    _sig("kv_detail", "estimated maximum model length is", r"estimated maximum model length is (?P<estimated_max_model_len>\d+)",
+    _sig(EventKind.KV_DETAIL, "estimated maximum model length is",
+         r"estimated maximum model length is (?P<estimated_max_model_len>\d+)",
          convert=_numbers(estimated_max_model_len="int")),
     # ---- no room at all for KV
-    _sig("failure", "No available memory for the cache blocks", r"No available memory for the cache blocks",
+    _sig(EventKind.FAILURE, "No available memory for the cache blocks", r"No available memory for the cache blocks",
          NO_CACHE_BLOCKS, fatal="specific"),
-    _sig("failure", "leaving none for the KV cache", r"^\s*(?:\w+: )?The worker already uses [\d.]+ GiB .*leaving none "
+    _sig(EventKind.FAILURE, "leaving none for the KV cache", r"^\s*(?:\w+: )?The worker already uses [\d.]+ GiB .*leaving none "
          r"for the KV cache", NO_CACHE_BLOCKS, fatal="specific"),
-    _sig("failure", "Cannot auto-fit max_model_len", r"Cannot auto-fit max_model_len", NO_CACHE_BLOCKS, fatal="specific"),
+    _sig(EventKind.FAILURE, "Cannot auto-fit max_model_len", r"Cannot auto-fit max_model_len", NO_CACHE_BLOCKS, fatal="specific"),
     *CONFIG_SIGNATURES,
     # ---- a torch.compile artifact an earlier, failed compilation left in vLLM's cache (compiler_interface.py,
     # 0.9.1+; 0.8–0.9.0 asserted "failed to get the hash of the compiled graph" at the same check)
-    _sig("failure", "failed to compile the model", rf"{_ENGINE_EXC}\w*Error: vLLM failed to compile the model\. "
+    _sig(EventKind.FAILURE, "failed to compile the model", rf"{_ENGINE_EXC}\w*Error: vLLM failed to compile the model\. "
          r"The most likely reason", COMPILE_CACHE, fatal="specific"),
-    _sig("failure", "failed to get the hash of the compiled graph",
+    _sig(EventKind.FAILURE, "failed to get the hash of the compiled graph",
          rf"{_ENGINE_EXC}AssertionError: failed to get the hash of the compiled graph", COMPILE_CACHE, fatal="specific"),
     # ---- the process group could not form: NCCL's own error, torch.distributed's store and rendezvous. Before
     # READY a class of its own (launcher.vllm.diagnose makes it an engine death once vLLM has served).
-    _sig("failure", "NCCL error", rf"{_ENGINE_EXC}\w*Error: NCCL error", DISTRIBUTED_INIT, fatal="specific"),
-    _sig("failure", "nccl", r"^\s*nccl(?:System|Internal|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)Error: ",
+    _sig(EventKind.FAILURE, "NCCL error", rf"{_ENGINE_EXC}\w*Error: NCCL error", DISTRIBUTED_INIT, fatal="specific"),
+    _sig(EventKind.FAILURE, "nccl", r"^\s*nccl(?:System|Internal|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)Error: ",
          DISTRIBUTED_INIT, fatal="specific"),
-    _sig("failure", "Dist", rf"{_ENGINE_EXC}Dist(?:Store|Network)Error: ", DISTRIBUTED_INIT, fatal="specific"),
+    _sig(EventKind.FAILURE, "Dist", rf"{_ENGINE_EXC}Dist(?:Store|Network)Error: ", DISTRIBUTED_INIT, fatal="specific"),
     # ---- engine death; ignored once a shutdown is under way. Anchored at the start of the message: an
     # exception type or vLLM's own sentence starts it, where text a client sent never stands.
-    _sig("failure", "EngineDeadError", rf"{_ENGINE_EXC}(?:Async)?EngineDeadError\b", ENGINE_DEAD, fatal="specific"),
-    _sig("failure", "encountered a fatal error", r"^\s*EngineCore encountered a fatal error", ENGINE_DEAD,
+    _sig(EventKind.FAILURE, "EngineDeadError", rf"{_ENGINE_EXC}(?:Async)?EngineDeadError\b", ENGINE_DEAD, fatal="specific"),
+    _sig(EventKind.FAILURE, "encountered a fatal error", r"^\s*EngineCore encountered a fatal error", ENGINE_DEAD,
          fatal="specific"),
-    _sig("failure", "died unexpectedly", r"^\s*(?:Engine core|Worker) proc (?P<dead_proc>\S{1,256}) died unexpectedly",
+    _sig(EventKind.FAILURE, "died unexpectedly", r"^\s*(?:Engine core|Worker) proc (?P<dead_proc>\S{1,256}) died unexpectedly",
          ENGINE_DEAD, fatal="specific", convert=_numbers(dead_proc="str")),
-    _sig("failure", "engine core exited unexpectedly", r"engine core exited unexpectedly", ENGINE_DEAD, fatal="specific"),
-    _sig("failure", "Engine iteration timed out", r"^\s*Engine iteration timed out", ENGINE_DEAD, fatal="specific"),
-    _sig("failure", "died.", r"Engine process \(pid \d+\) died\.", ENGINE_DEAD, fatal="specific"),
-    _sig("failure", "MQLLMEngine is already dead", r"^\s*MQLLMEngine is already dead", ENGINE_DEAD, fatal="specific"),
-    _sig("failure", "NCCL", r"ProcessGroupNCCL\S* .*watchdog thread terminated with exception", ENGINE_DEAD,
+    _sig(EventKind.FAILURE, "engine core exited unexpectedly", r"engine core exited unexpectedly", ENGINE_DEAD, fatal="specific"),
+    _sig(EventKind.FAILURE, "Engine iteration timed out", r"^\s*Engine iteration timed out", ENGINE_DEAD, fatal="specific"),
+    _sig(EventKind.FAILURE, "died.", r"Engine process \(pid \d+\) died\.", ENGINE_DEAD, fatal="specific"),
+    _sig(EventKind.FAILURE, "MQLLMEngine is already dead", r"^\s*MQLLMEngine is already dead", ENGINE_DEAD, fatal="specific"),
+    _sig(EventKind.FAILURE, "NCCL", r"ProcessGroupNCCL\S* .*watchdog thread terminated with exception", ENGINE_DEAD,
          fatal="specific"),
-    _sig("failure", "rror", rf"{_ENGINE_EXC}\w*Error: (?:Error in model execution: )?CUDA error: (?:an illegal "
+    _sig(EventKind.FAILURE, "rror", rf"{_ENGINE_EXC}\w*Error: (?:Error in model execution: )?CUDA error: (?:an illegal "
          r"(?:memory access|instruction) was encountered|device-side assert triggered|unspecified launch failure)"
          r"|^\s*Failed: Cuda error \S{1,256} 'an illegal",
          ENGINE_DEAD, fatal="specific"),
-    _sig("failure", "Got fatal signal", r"Got fatal signal from worker processes", ENGINE_DEAD, fatal="generic"),
+    _sig(EventKind.FAILURE, "Got fatal signal", r"Got fatal signal from worker processes", ENGINE_DEAD, fatal="generic"),
     # ---- generic start-up failure: the root cause is printed just before or just after
-    _sig("failure", "failed to start", r"(?:EngineCore|WorkerProc|Engine process) failed to start", UNKNOWN,
+    _sig(EventKind.FAILURE, "failed to start", r"(?:EngineCore|WorkerProc|Engine process) failed to start", UNKNOWN,
          fatal="generic"),
-    _sig("failure", "initialization failed", r"(?:Engine core|WorkerProc) initialization failed", UNKNOWN,
+    _sig(EventKind.FAILURE, "initialization failed", r"(?:Engine core|WorkerProc) initialization failed", UNKNOWN,
          fatal="generic"),
-    _sig("failure", "hit an exception", r"EngineCore hit an exception", UNKNOWN, fatal="generic"),
-    _sig("failure", "please check the stack trace above", r"Worker failed with error .*please check the stack trace",
+    _sig(EventKind.FAILURE, "hit an exception", r"EngineCore hit an exception", UNKNOWN, fatal="generic"),
+    _sig(EventKind.FAILURE, "please check the stack trace above", r"Worker failed with error .*please check the stack trace",
          UNKNOWN, fatal="generic"),
 )
