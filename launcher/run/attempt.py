@@ -40,9 +40,10 @@ from launcher.run.session import Attempt, Session, Stopped
 from launcher.run.supervisor import Child, Ending, EndKind, outcome
 from launcher.runstate import Phase, Written
 from launcher.vllm import api, command
+from launcher.vllm.config_reasons import ConfigReason
 from launcher.vllm.diagnose import Diagnosis
 from launcher.vllm.phases import PhaseClock, observe, timed
-from launcher.vllm.signatures import CONFIG, LogEvent
+from launcher.vllm.signatures import CONFIG, EventKind, LogEvent
 
 log = structlog.get_logger("vllm_launch")
 
@@ -266,7 +267,7 @@ def _port_taken(child: Child, holder: str) -> Ending:
     """A stranger answers on our port: never READY, and it got nothing (the probe proved it before sending)."""
     port = urllib.parse.urlsplit(child.plan.base_url).port
     root = f"port {port} is held by {holder}, not by the vLLM this launcher started"
-    diagnosis = Diagnosis(CONFIG, "port_in_use", root, {"port": port, "holder": holder}, "starting")
+    diagnosis = Diagnosis(CONFIG, ConfigReason.PORT_IN_USE, root, {"port": port, "holder": holder}, "starting")
     return Ending(EndKind.FAILED, child.attempt, diagnosis, child.popen.poll(), tuple(child.pump.tail), root)
 
 
@@ -316,11 +317,11 @@ def _costs(session: Session, record: Attempt, clock: PhaseClock) -> None:
 
 def _said(session: Session, event: LogEvent) -> None:
     """What a notable line tells the operator while vLLM starts: its capacity, its phase, a fatal line."""
-    if event.kind == "kv_tokens":
+    if event.kind is EventKind.KV_TOKENS:
         log.info("vllm.capacity", **{k: v for k, v in event.values.items() if v is not None})
-    elif event.kind == "progress" and event.values.get("phase"):
+    elif event.kind is EventKind.PROGRESS and event.values.get("phase"):
         session.store.note(loading_phase=str(event.values["phase"]))
-    elif event.kind == "failure" and event.fatal == "specific":
+    elif event.kind is EventKind.FAILURE and event.fatal == "specific":
         log.info("vllm.fatal_line", failure=event.failure, reason=event.reason, line=event.message[:300])
 
 

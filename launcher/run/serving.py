@@ -20,7 +20,7 @@ from launcher.run.session import Session, Stopped
 from launcher.run.supervisor import FAILED_ATTEMPT_GRACE_S, Child, Ending, EndKind, outcome
 from launcher.runstate import Decision, Phase
 from launcher.units import format_duration
-from launcher.vllm.signatures import DISTRIBUTED_INIT, ENGINE_DEAD
+from launcher.vllm.signatures import DISTRIBUTED_INIT, ENGINE_DEAD, EventKind
 
 log = structlog.get_logger("vllm_launch")
 _MAX_METRICS_BYTES = 8 * 1024 * 1024  # vLLM's /metrics is ~100 KiB; a larger answer is cut, not held whole
@@ -112,7 +112,7 @@ def watch(child: Child, stop: threading.Event, *, probe_health: Callable[[], hea
         except queue.Empty:
             message = None
         event = message.event if message is not None and message.mark is Mark.LINE else None
-        if event is not None and event.kind == "failure" and event.failure in (ENGINE_DEAD, DISTRIBUTED_INIT):
+        if event is not None and event.kind is EventKind.FAILURE and event.failure in (ENGINE_DEAD, DISTRIBUTED_INIT):
             suspect, next_probe = event.message, clock()
         if message is EOF or child.popen.poll() is not None:
             child.pump.join(timeout=2.0)
