@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from launcher.vllm import raise_sites
 from launcher.vllm.classify import classify, normalize
 from launcher.vllm.phases import PhaseClock, line_time, timed
 from launcher.vllm.signatures import (
@@ -86,6 +87,7 @@ _OOM_PHASES = (
 )
 _PHASE_REASON = {"weights": "weights", "profiling": "profiling", "cuda_graphs": "cuda_graphs"}
 _FRAME = re.compile(r'File "[^"]*", line \d+, in (\w+)|processing method (\w+)|(torch\.cuda\.graph\()')
+_FRAME_PATH = re.compile(r'File "([^"]{1,512})", line \d+')
 _HINT_WINDOW = 80  # lines before the out-of-memory line whose frames still describe it
 # Lines that show the start-up moving on: a failure line read before one of these did not end it.
 ACQUITTING = frozenset({EventKind.PROGRESS, EventKind.MODEL_LOADING, EventKind.KV_TOKENS, EventKind.CONCURRENCY,
@@ -154,6 +156,8 @@ class Diagnoser:
         self.confirmed: str | None = None  # what convicted the standing failure (None: only accused)
         self.acquitted: list[LogEvent] = []
         self.tracebacks: dict[str | None, int] = {}  # process prefix → line of its open traceback's header
+        self.frames: dict[str | None, str] = {}  # process prefix → the file of the last frame of its traceback
+        self.last_exception_module: str | None = None
         self.joined = False  # this rank is part of an assembled group: its place in the world, or it loads
         self.completed = False  # the start-up completed ("Application startup complete") or requests were served
 
@@ -200,10 +204,13 @@ class Diagnoser:
             found = _FRAME.search(line)
             if found:
                 self.hints.append((self.lines, found.group(1) or found.group(2) or found.group(3)))
+            path = _FRAME_PATH.search(line)
+            if path is not None:
+                self._remember(self.frames, normalize(line)[0], path.group(1))
         if _TRACEBACK in line and len(line) < 4096:
-            if len(self.tracebacks) >= _MAX_TRACEBACKS:  # hostile lines naming endless processes stay bounded
-                self.tracebacks.clear()
-            self.tracebacks[normalize(line)[0]] = self.lines
+            proc = normalize(line)[0]
+            self._remember(self.tracebacks, proc, self.lines)
+            self.frames.pop(proc, None)  # a new traceback: the frames that follow are its own
         elif (_CHAINED[0] in line or _CHAINED[1] in line) and self.confirmed == "traceback" \
                 and self.lines - (self.failure_line or 0) <= 3:
             # The failure was only a cause: another exception follows, and that one ends the traceback.
@@ -216,6 +223,12 @@ class Diagnoser:
         if event is not None:
             self.observe(event)
         return event
+
+    @staticmethod
+    def _remember(table: dict[str | None, Any], proc: str | None, value: Any) -> None:
+        if proc not in table and len(table) >= _MAX_TRACEBACKS:  # hostile lines naming endless processes stay bounded
+            table.clear()
+        table[proc] = value
 
     def _ends_traceback(self, event: LogEvent) -> bool:
         """The event is the final exception of a traceback its process printed (and closes that traceback)."""
@@ -237,6 +250,8 @@ class Diagnoser:
             if "initialization failed" not in event.message:
                 self.last_exception = event
                 self.last_exception_line = self.lines
+                # The innermost frame its process printed since its traceback began: the module that raised it.
+                self.last_exception_module = self.frames.get(event.proc)
         elif kind == EventKind.SHUTDOWN:
             self.shutting_down = True
         elif kind in _SERVING:
@@ -308,17 +323,28 @@ class Diagnoser:
                              warnings, self.confirmed or "accused")
         if self.generic is not None:
             cause = self.last_exception or self.generic
-            cls = ENGINE_DEAD if self.generic.failure == ENGINE_DEAD else UNKNOWN
-            return Diagnosis(cls, None, cause.message, numbers, state, self.generic_line, warnings,
-                             "engine_start_failed")
+            if self.generic.failure == ENGINE_DEAD:
+                return Diagnosis(ENGINE_DEAD, None, cause.message, numbers, state, self.generic_line, warnings,
+                                 "engine_start_failed")
+            return self._raised(cause, numbers, state, self.generic_line, warnings, "engine_start_failed")
         if self.last_exception is not None and not self.serving and self.last_exception_line > self.last_progress_line:
             # The log ends in a traceback no signature knows: vLLM failed, the cause is that exception.
-            return Diagnosis(UNKNOWN, None, self.last_exception.message, numbers, state, self.last_exception_line,
-                             warnings, "log_end")
+            return self._raised(self.last_exception, numbers, state, self.last_exception_line, warnings, "log_end")
         if self.errors and not self.started:
             # A pasted error with no sign of a start-up: nothing shows that this server ever worked.
             return Diagnosis(UNKNOWN, None, self.first_error, numbers, state, None, warnings, "no_startup")
         return Diagnosis(OK, None, None, numbers, state, None, warnings)
+
+    def _raised(self, cause: LogEvent, numbers: Mapping[str, Any], state: str, line: int | None,
+                warnings: tuple[str, ...], evidence: str) -> Diagnosis:
+        """A start-up that failed on an exception no signature knows: what vLLM's raise site says of it (its
+        message in vLLM's catalogue, else the module that raised it: vllm/raise_sites.py), else unknown."""
+        module = self.last_exception_module if cause is self.last_exception else None
+        verdict = raise_sites.judge(cause.message, module)
+        if verdict is None or verdict.cls == UNKNOWN:
+            return Diagnosis(UNKNOWN, None, cause.message, numbers, state, line, warnings, evidence)
+        return Diagnosis(verdict.cls, verdict.reason, cause.message, numbers, state, line, warnings,
+                         f"{evidence}, raise site by {verdict.how}")
 
     def _oom_phase(self) -> str | None:
         """The start-up phase an out-of-memory happened in: its traceback first, then the log's progress."""

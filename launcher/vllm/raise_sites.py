@@ -1,0 +1,136 @@
+"""vLLM's own raise sites: what an exception that ended a start-up means, read as an engineer reads a paste, from
+the exception's type, its message and the module that raised it.
+
+The catalogue (`launcher/data/vllm-source-messages.yaml`, extracted from vLLM's source by
+`scripts/vllm-source-messages` and decided by hand, row by row, from what each message says) holds every
+start-up failure vLLM raises or logs, in six versions. The signature table reads the lines that carry numbers
+or that accuse while vLLM still runs; an exception no signature knows comes here, in this order:
+
+1. its message against the catalogue's templates (the literal words of the template; a `{placeholder}` matches
+   anything on the line), the longest template that matches wins: the class and reason its row was given;
+2. else the module that raised it (the innermost frame of its traceback), for the exception types vLLM raises
+   to refuse a setting: the class most catalogued messages of that module have, then of its folder, when at
+   least two thirds agree. A module of internal checks votes `unknown` and stays so.
+
+Nothing else is inferred: what neither finds stays `unknown` (one retry, then exit 75).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from launcher.vllm.signature_kit import CONFIG, UNKNOWN, FailureClass
+
+CATALOGUE = Path(__file__).resolve().parents[1] / "data" / "vllm-source-messages.yaml"
+# The exception types vLLM raises to refuse what it was given (a setting, a model, a checkpoint). A RuntimeError,
+# an AssertionError or a CUDA error is a failure while running, not a refusal: the module says nothing of it.
+REFUSALS = frozenset({"ValueError", "TypeError", "NotImplementedError", "ImportError", "KeyError"})
+# A template with fewer literal characters than this is too vague to name a message (`{e}`, `Invalid {x}`).
+_MIN_LITERAL = 16
+# The share of a module's (or folder's) catalogued messages that must agree on a class for the module to speak.
+_AGREEMENT = 2 / 3
+_PLACEHOLDER = re.compile(r"\{[^{}]*\}")
+_EXCEPTION = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w+(?:Error|Exception))\s*:\s*(?P<message>.*)$")
+_VLLM_PATH = re.compile(r"(?:^|/)(vllm/[\w/.]+\.py)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the raise site says: the class, the config reason, and how it was found (`message` or `module`)."""
+
+    cls: FailureClass
+    reason: str | None
+    how: str
+    note: str | None = None  # the catalogue's word on an `unknown` message: why nothing can be done
+
+
+@dataclass(frozen=True, slots=True)
+class _Template:
+    pattern: re.Pattern[str]
+    literal: int  # characters outside placeholders: the more, the more specific
+    types: frozenset[str]
+    verdict: Verdict
+
+
+def judge(exception: str, module: str | None = None) -> Verdict | None:
+    """The verdict for a final exception line (`ValueError: text`, a prefix or a dotted type allowed) raised in
+    `module` (a path ending in `vllm/….py`, or None); None when neither the message nor the module speaks."""
+    found = _EXCEPTION.match(exception.strip())
+    if found is None:
+        return None
+    kind, message = found.group("type"), found.group("message").strip()
+    best: _Template | None = None
+    for template in _templates():
+        if (best is None or template.literal > best.literal) and template.pattern.match(message):
+            best = template
+    if best is not None and (not best.types or kind in best.types):
+        return best.verdict
+    if kind not in REFUSALS or module is None:
+        return None
+    path = _VLLM_PATH.search(module.replace("\\", "/"))
+    if path is None:
+        return None
+    votes = _module_votes()
+    for key in (path.group(1), path.group(1).rsplit("/", 1)[0]):
+        verdict = votes.get(key)
+        if verdict is not None:
+            return verdict
+    return None
+
+
+@functools.cache
+def _rows() -> tuple[dict[str, Any], ...]:
+    with CATALOGUE.open(encoding="utf-8") as stream:
+        # A safe loader, libyaml's where it is built in (the catalogue is 170 KiB: 5x faster).
+        data = yaml.load(stream, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
+    return tuple(row for row in data["messages"] if row.get("class"))
+
+
+def _verdict(row: dict[str, Any], how: str) -> Verdict:
+    cls = FailureClass(row["class"])
+    return Verdict(cls, row.get("reason") if cls == CONFIG else None, how, row.get("note"))
+
+
+@functools.cache
+def _templates() -> tuple[_Template, ...]:
+    templates = []
+    for row in _rows():
+        text = " ".join(str(row["message"]).split())
+        parts = _PLACEHOLDER.split(text)
+        literal = sum(len(part) for part in parts)
+        exact = len(parts) == 1  # no placeholder: the whole message, however short ("Unsupported OS")
+        if literal < _MIN_LITERAL and not exact:
+            continue  # too vague to name one message (`{e}`, `Invalid {x}`)
+        body = r"(?:.{0,400}?)".join(r"\s+".join(map(re.escape, part.split(" "))) for part in parts)
+        body += r"\s*\Z" if exact and literal < _MIN_LITERAL else ""
+        types = frozenset(kind.removeprefix("raise ") for kind in row.get("kinds", []) if kind.startswith("raise "))
+        templates.append(_Template(re.compile(body), literal, types, _verdict(row, "message")))
+    return tuple(templates)
+
+
+@functools.cache
+def _module_votes() -> dict[str, Verdict]:
+    """Module (and folder) → the verdict at least two thirds of its catalogued raise sites share."""
+    counts: dict[str, Counter[tuple[str, str | None]]] = defaultdict(Counter)
+    for row in _rows():
+        if not any(kind.removeprefix("raise ") in REFUSALS for kind in row.get("kinds", [])):
+            continue
+        key = (row["class"], row.get("reason") if row["class"] == CONFIG else None)
+        for where in {str(place).rsplit(":", 1)[0] for place in row["where"].values()}:
+            counts[where][key] += 1
+            folder = where.rsplit("/", 1)[0]
+            if "/" in folder:  # `vllm/config`, never `vllm` itself: the whole package says nothing
+                counts[folder][key] += 1
+    votes = {}
+    for place, tally in counts.items():
+        (cls, reason), top = tally.most_common(1)[0]
+        if top >= _AGREEMENT * sum(tally.values()) and cls != UNKNOWN:
+            votes[place] = Verdict(FailureClass(cls), reason, "module")
+    return votes

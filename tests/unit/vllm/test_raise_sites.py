@@ -1,0 +1,77 @@
+"""vLLM's raise sites (launcher/vllm/raise_sites.py): an exception no signature knows, judged by its message in the
+catalogue of vLLM's own messages, else by the module that raised it; and the fold that hands it the final exception
+and its innermost frame."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.vllm.diagnose import diagnose_lines
+from launcher.vllm.raise_sites import judge
+
+SITE = "/usr/local/lib/python3.12/dist-packages/"
+NEW = "ValueError: the frobnication level 7 is not one of low, high"  # a message no catalogued version raises
+# (exception line, the file of its innermost frame, expected (class, reason, how) or None)
+ROWS = [
+    (NEW, f"{SITE}vllm/config/parallel.py", ("config", "bad_argument", "module")),
+    (NEW, f"{SITE}vllm/config/frobnication.py", ("config", "bad_argument", "module")),  # a new module: its folder
+    (NEW, f"{SITE}vllm/model_executor/layers/quantization/newquant.py", ("config", "unsupported_model", "module")),
+    (NEW, "C:\\venv\\Lib\\site-packages\\vllm\\engine\\arg_utils.py", ("config", "bad_argument", "module")),
+    (NEW, f"{SITE}vllm/v1/worker/gpu_model_runner.py", None),  # no catalogued refusal there: nothing inferred
+    (NEW, f"{SITE}vllm/sampling_params.py", None),  # directly under vllm/: the package as a whole says nothing
+    (NEW, f"{SITE}transformers/configuration_utils.py", None),  # not vLLM's
+    (NEW, None, None),  # no traceback: no module
+    ("RuntimeError: the frobnication failed", f"{SITE}vllm/config/parallel.py", None),  # a failure, not a refusal
+    ("torch.OutOfMemoryError: CUDA out of memory.", f"{SITE}vllm/config/model.py", None),
+    # The message wins over the module: each is a row of the catalogue, its class decided by hand.
+    ("ValueError: Total number of attention heads (64) must be divisible by tensor parallel size (3).",
+     f"{SITE}vllm/v1/worker/gpu_model_runner.py", ("config", "bad_argument", "message")),
+    ("NotImplementedError: Unsupported OS", None, ("unknown", None, "message")),
+    ("ValueError: Unsupported OS", None, None),  # the message, but not the type its row raises
+    ("not an exception line", f"{SITE}vllm/config/parallel.py", None),
+]
+
+
+@pytest.mark.parametrize(("exception", "module", "expected"), ROWS, ids=[f"{r[0][:30]}|{r[1]}" for r in ROWS])
+def test_judge(exception: str, module: str | None, expected: tuple[str, str | None, str] | None) -> None:
+    verdict = judge(exception, module)
+    assert (None if verdict is None else (verdict.cls, verdict.reason, verdict.how)) == expected
+
+
+def _engine(*lines: str) -> list[str]:
+    return [f"(EngineCore_DP0 pid=77) ERROR 12-01 10:00:0{i % 10} [core.py:866] {line}" for i, line in enumerate(lines)]
+
+
+FRAME = f'  File "{SITE}vllm/config/scheduler.py", line 210, in __post_init__'
+STARTED = ["(APIServer pid=70) INFO 12-01 09:59:58 [utils.py:253] non-default args: {'model': 'x'}"]
+
+
+def test_a_log_ending_in_an_unknown_refusal_is_config_from_its_module() -> None:
+    lines = [*STARTED, *_engine("Traceback (most recent call last):", FRAME, NEW)]
+    d = diagnose_lines(lines)
+    assert (d.cls, d.reason, d.evidence) == ("config", "bad_argument", "log_end, raise site by module")
+    assert d.root_cause == NEW
+
+
+def test_the_engines_root_cause_above_its_generic_failure_is_judged() -> None:
+    """vLLM's "Engine core initialization failed. See root cause above": the engine's own chain is judged."""
+    lines = [*STARTED, *_engine("Traceback (most recent call last):", FRAME, NEW),
+             "(APIServer pid=70) RuntimeError: Engine core initialization failed. See root cause above. "
+             "Failed core proc(s): {}"]
+    d = diagnose_lines(lines)
+    assert (d.cls, d.reason) == ("config", "bad_argument") and d.root_cause == NEW
+    assert d.evidence is not None and d.evidence.startswith("engine_start_failed")
+
+
+def test_the_frame_of_an_earlier_traceback_is_not_the_module_of_a_later_one() -> None:
+    """A second traceback of the same process starts afresh: the first one's frames never name its module."""
+    lines = [*STARTED, *_engine("Traceback (most recent call last):", FRAME, "KeyError: 'x'",
+                                "Traceback (most recent call last):", NEW)]
+    assert diagnose_lines(lines).cls == "unknown"
+
+
+def test_a_handled_refusal_that_progress_follows_is_no_failure() -> None:
+    lines = [*STARTED, *_engine("Traceback (most recent call last):", FRAME, NEW),
+             "(EngineCore_DP0 pid=77) INFO 12-01 10:00:09 [gpu_model_runner.py:2653] Model loading took 1.2 GiB and "
+             "3.1 seconds"]
+    assert diagnose_lines(lines).cls == "ok"
