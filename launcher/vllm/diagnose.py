@@ -88,6 +88,9 @@ _OOM_PHASES = (
 _PHASE_REASON = {"weights": "weights", "profiling": "profiling", "cuda_graphs": "cuda_graphs"}
 _FRAME = re.compile(r'File "[^"]*", line \d+, in (\w+)|processing method (\w+)|(torch\.cuda\.graph\()')
 _FRAME_PATH = re.compile(r'File "([^"]{1,512})", line \d+')
+_STAGE = re.compile(r"\[Stage-(\d{1,4})\]")
+_QUOTE_MARKS = "▎>│| "  # what a paste puts before each line of a quoted log
+_JOIN_LINES = 3  # lines after a failure that may continue its wrapped message
 _HINT_WINDOW = 80  # lines before the out-of-memory line whose frames still describe it
 # Lines that show the start-up moving on: a failure line read before one of these did not end it.
 ACQUITTING = frozenset({EventKind.PROGRESS, EventKind.MODEL_LOADING, EventKind.KV_TOKENS, EventKind.CONCURRENCY,
@@ -158,6 +161,9 @@ class Diagnoser:
         self.tracebacks: dict[str | None, int] = {}  # process prefix → line of its open traceback's header
         self.frames: dict[str | None, str] = {}  # process prefix → the file of the last frame of its traceback
         self.last_exception_module: str | None = None
+        self.stage: str | None = None  # the pipeline stage of the line being read (`[Stage-1]`), if it names one
+        self.failure_stage: str | None = None
+        self.joinable: tuple[LogEvent, str, int] | None = None  # the failure a wrapped next line may continue
         self.joined = False  # this rank is part of an assembled group: its place in the world, or it loads
         self.completed = False  # the start-up completed ("Application startup complete") or requests were served
 
@@ -187,7 +193,7 @@ class Diagnoser:
             return None
         event = self.failure
         self._warn(event)
-        self.failure = self.failure_line = self.phase_at_failure = None
+        self.failure = self.failure_line = self.phase_at_failure = self.failure_stage = self.joinable = None
         return event
 
     def _warn(self, event: LogEvent) -> None:
@@ -219,10 +225,39 @@ class Diagnoser:
             self.first_error = normalize(line[:4096])[2].strip()
         if "ERROR" in line or "CRITICAL" in line:
             self.errors += 1
+        # A pipeline of several engines (vLLM-Omni's `[Stage-N]`) is judged per engine: one stage's progress
+        # acquits nothing another stage said.
+        staged = _STAGE.search(line[:256]) if "[Stage-" in line[:256] else None
+        self.stage = staged.group(1) if staged is not None else None
+        if self.joinable is not None and self._join(line):
+            return None
         event = classify(line)
         if event is not None:
             self.observe(event)
         return event
+
+    def _join(self, line: str) -> bool:
+        """A failure's message wrapped by a terminal or a paste onto the next lines (no prefix, no level of their
+        own): read again joined; the numbers the whole sentence carries are added to the failure. True when the
+        line was taken as such a continuation."""
+        event, text, since = self.joinable or (None, "", 0)
+        proc, level, message = normalize(line[:4096])
+        rest = message.strip().lstrip(_QUOTE_MARKS).strip()
+        if event is None or proc is not None or level is not None or not rest or self.lines - since > _JOIN_LINES:
+            self.joinable = None
+            return False
+        whole = classify(f"{text} {rest}")
+        if whole is None or whole.kind != EventKind.FAILURE or whole.failure != event.failure:
+            return False
+        self.joinable = (event, f"{text} {rest}", since)
+        added = {key: value for key, value in whole.values.items() if key not in event.values}
+        if not added:
+            return False
+        self.numbers.update(added)
+        if self.failure is event:
+            self.failure = dataclasses.replace(event, values={**event.values, **added})
+            self.joinable = (self.failure, f"{text} {rest}", since)
+        return True
 
     @staticmethod
     def _remember(table: dict[str | None, Any], proc: str | None, value: Any) -> None:
@@ -265,7 +300,8 @@ class Diagnoser:
             self.started = True
         if kind in _JOINED:
             self.joined = True
-        if kind in ACQUITTING and self.failure is not None and not _sibling_ranks(self.failure, event):
+        if (kind in ACQUITTING and self.failure is not None and not _sibling_ranks(self.failure, event)
+                and (self.failure_stage is None or self.stage is None or self.failure_stage == self.stage)):
             self.acquit()
         if kind not in (EventKind.FAILURE, EventKind.EXCEPTION):
             self.last_progress_line = self.lines
@@ -294,7 +330,8 @@ class Diagnoser:
             if self.failure is None or (self.confirmed is None and ends_traceback
                                         and event.failure != self.failure.failure):
                 # The first failure line stands; a traceback that ends in another failure replaces a mere accusation.
-                self.failure, self.failure_line = event, self.lines
+                self.failure, self.failure_line, self.failure_stage = event, self.lines, self.stage
+                self.joinable = (event, event.message.strip().lstrip(_QUOTE_MARKS).strip(), self.lines)
                 self.phase_at_failure = self.phase
                 if ends_traceback:
                     self.confirmed = "traceback"
@@ -330,6 +367,16 @@ class Diagnoser:
         if self.last_exception is not None and not self.serving and self.last_exception_line > self.last_progress_line:
             # The log ends in a traceback no signature knows: vLLM failed, the cause is that exception.
             return self._raised(self.last_exception, numbers, state, self.last_exception_line, warnings, "log_end")
+        open_since = max(self.tracebacks.values(), default=0)
+        if open_since > self.last_progress_line and self.started and not self.serving:
+            # The log ends inside a traceback (its final exception never came: the process died, or the paste was
+            # cut): the start-up failed. A failure line that progress seemed to acquit is its likeliest cause.
+            if self.acquitted:
+                cause = self.acquitted[-1]
+                return Diagnosis(cause.failure or UNKNOWN, cause.reason, cause.message, numbers, state, open_since,
+                                 warnings[:-1], "log_end_in_traceback")
+            return Diagnosis(UNKNOWN, None, self.first_error or "the log ends inside a traceback", numbers, state,
+                             open_since, warnings, "log_end_in_traceback")
         if self.errors and not self.started:
             # A pasted error with no sign of a start-up: nothing shows that this server ever worked.
             return Diagnosis(UNKNOWN, None, self.first_error, numbers, state, None, warnings, "no_startup")

@@ -1,0 +1,75 @@
+"""Whole-log readings a person makes of a paste: a failure wrapped onto the next lines is read whole, and a
+pipeline of several engines is judged per engine (one stage's progress acquits nothing another stage said)."""
+
+from __future__ import annotations
+
+from launcher.vllm.diagnose import Diagnoser, diagnose_lines
+
+KV = ("ValueError: To serve at least one request with the model's max seq len (196608), 23.25 GiB KV cache is needed, "
+      "which is larger than the available KV cache memory (22.5 GiB). Based on the available memory, the estimated "
+      "maximum model length is 190272. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+      "initializing the engine.")
+WRAPPED = ["ValueError: To serve at least one request with the model's max seq len (196608),",
+           "23.25 GiB KV cache is needed, which is larger than the available KV cache memory (22.5 GiB).",
+           "Based on the available memory, the estimated maximum model length is 190272."]
+
+
+def test_the_whole_message_and_its_wrapped_form_say_the_same() -> None:
+    whole, wrapped = diagnose_lines([KV]), diagnose_lines(WRAPPED)
+    assert (wrapped.cls, wrapped.numbers.get("needed_gib"), wrapped.numbers.get("estimated_max_model_len")) == \
+        (whole.cls, 23.25, 190272) == ("kv_insufficient", 23.25, 190272)
+    assert wrapped.root_cause == WRAPPED[0], "the root cause stays the line vLLM's message begins on"
+
+
+def test_a_quoted_paste_is_joined_without_its_quote_marks() -> None:
+    quoted = diagnose_lines([f"> {line}" for line in WRAPPED])
+    assert quoted.numbers.get("needed_gib") == 23.25
+
+
+def test_a_line_of_its_own_is_never_a_continuation() -> None:
+    """A prefixed record, or a line too far below, is not part of the failure's message: it ends the joining."""
+    for after in (["(EngineCore_DP0 pid=9) INFO 12-01 10:00:00 [core.py:1] Waiting for the engine"], ["a", "b", "c"]):
+        diagnoser = Diagnoser()
+        for line in [WRAPPED[0], *after, WRAPPED[1]]:
+            diagnoser.feed(line)
+        assert diagnoser.joinable is None, after
+
+
+FREE = ("(Worker pid=21) [Stage-0] ERROR 03-12 08:22:28 [multiproc_executor.py:800] ValueError: Free memory on device "
+        "cuda:0 (111.99/139.8 GiB) on startup is less than desired GPU memory utilization (0.95, 132.81 GiB). Decrease "
+        "GPU memory utilization or reduce GPU memory used by other processes.")
+
+
+def _loaded(stage: str) -> str:
+    return f"{stage}INFO 03-12 08:22:29 [gpu_model_runner.py:133] Model loading took 26.4738 GiB and 13.18 seconds"
+
+
+def test_another_stages_progress_acquits_nothing() -> None:
+    assert diagnose_lines([FREE, _loaded("[Stage-1] ")]).cls == "startup_memory"
+
+
+def test_the_same_stages_progress_acquits_its_failure() -> None:
+    assert diagnose_lines([FREE, _loaded("(Worker pid=21) [Stage-0] ")]).cls == "ok"
+
+
+E = "(EngineCore_DP0 pid=5) "
+LOADING = f"{E}INFO 12-01 10:00:01 [gpu_model_runner.py:2602] Starting to load model /m..."
+OOM = (f"{E}ERROR 12-01 10:00:09 [core.py:708] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. "
+       "GPU 0 has a total capacity of 23.55 GiB of which 512.00 MiB is free.")
+BAR = "Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:04<00:04,  4.10s/it]"
+CUT = ["(APIServer pid=4) Traceback (most recent call last):",
+       '(APIServer pid=4)   File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core_client.py", line 95, in '
+       "make_async_mp_client"]
+
+
+def test_a_log_that_ends_inside_a_traceback_failed() -> None:
+    """An out-of-memory, a progress bar that seemed to acquit it, then a traceback the paste cuts off: the
+    start-up failed, and the out-of-memory is its cause; with no failure line before, the cause is unknown."""
+    d = diagnose_lines([LOADING, OOM, BAR, *CUT])
+    assert (d.cls, d.evidence, d.root_cause) == ("startup_memory", "log_end_in_traceback", OOM.split("] ", 1)[1])
+    assert diagnose_lines([LOADING, BAR, *CUT]).cls == "unknown"
+
+
+def test_a_traceback_after_the_server_came_up_is_a_requests_not_the_start_ups() -> None:
+    serving = "(APIServer pid=4) INFO 12-01 10:01:00 [api_server.py:1900] Starting vLLM API server 0 on http://0.0.0.0:8000"
+    assert diagnose_lines([LOADING, BAR, serving, *CUT]).cls == "ok"
