@@ -28,6 +28,10 @@ class ConfigReason(enum.StrEnum):
     MISSING_DEPENDENCY = "missing_dependency"  # a Python package the model imports is not installed
     NOT_ENOUGH_GPUS = "not_enough_gpus"
     PORT_IN_USE = "port_in_use"
+    # Refusals vLLM states precisely enough for a precise fix (its own numbers in the message).
+    HEADS_NOT_DIVISIBLE = "heads_not_divisible"  # tensor-parallel-size does not divide the attention heads
+    DTYPE_UNSUPPORTED = "dtype_unsupported"  # bfloat16 on a GPU below compute capability 8.0
+    BATCH_BELOW_CONTEXT = "batch_below_context"  # max-num-batched-tokens below max-model-len
     # The agent probe's (launcher/run/agentprobe.py): the server answers, but a coding agent cannot work with it.
     TOOL_CALLS_AS_TEXT = "tool_calls_as_text"
     TOOL_CALL_ARGUMENTS = "tool_call_arguments"
@@ -84,6 +88,33 @@ def _missing_dependency(cause: str | None, n: Mapping[str, Any]) -> str:
             f"install it where vLLM runs (the venv or image of launcher.vllm_bin): pip install {package}")
 
 
+def _heads_not_divisible(cause: str | None, n: Mapping[str, Any]) -> str:
+    heads, tp = n.get("attention_heads"), n.get("tensor_parallel_size")
+    if not isinstance(heads, int) or not isinstance(tp, int) or heads <= 0:
+        return (f"tensor-parallel-size must divide the model's attention heads ({cause}); set "
+                "vllm.tensor-parallel-size to a divisor of them")
+    divisors = [d for d in range(1, min(heads, 64) + 1) if heads % d == 0]
+    return (f"tensor-parallel-size {tp} does not divide the model's {heads} attention heads; set "
+            f"vllm.tensor-parallel-size to one of {', '.join(map(str, divisors))} (pipeline-parallel-size can use the "
+            "GPUs left over)")
+
+
+def _dtype_unsupported(cause: str | None, n: Mapping[str, Any]) -> str:
+    gpu, capability = n.get("gpu_name"), n.get("compute_capability")
+    which = f"the {gpu} (compute capability {capability})" if gpu and capability else "this GPU"
+    return (f"bfloat16 needs compute capability 8.0 or newer and {which} has less; set vllm.dtype: half "
+            "(float16), or serve on an Ampere or newer GPU")
+
+
+def _batch_below_context(cause: str | None, n: Mapping[str, Any]) -> str:
+    batched, length = n.get("max_num_batched_tokens"), n.get("max_model_len")
+    if not isinstance(batched, int) or not isinstance(length, int):
+        return f"max-num-batched-tokens is below max-model-len ({cause}); raise it or lower max-model-len"
+    return (f"max-num-batched-tokens {batched} is below max-model-len {length}: no prompt longer than {batched} "
+            f"tokens could be scheduled; set vllm.max-num-batched-tokens to at least {length}, enable chunked "
+            f"prefill (vllm.enable-chunked-prefill: true), or lower vllm.max-model-len to {batched}")
+
+
 def _agent(cause: str | None, n: Mapping[str, Any]) -> str:
     return str(cause)  # the agent probe's verdict: what the model wrote and the fix
 
@@ -113,6 +144,9 @@ FIXES: Mapping[ConfigReason, Fix] = MappingProxyType({
         f"tensor × pipeline parallel size {n.get('world_size')} needs more GPUs than the {n.get('gpus')} "
         "visible; lower tensor-parallel-size or expose more GPUs (CUDA_VISIBLE_DEVICES)"),
     ConfigReason.PORT_IN_USE: _port_in_use,
+    ConfigReason.HEADS_NOT_DIVISIBLE: _heads_not_divisible,
+    ConfigReason.DTYPE_UNSUPPORTED: _dtype_unsupported,
+    ConfigReason.BATCH_BELOW_CONTEXT: _batch_below_context,
     **{reason: _agent for reason in AGENT_REASONS},
 })
 

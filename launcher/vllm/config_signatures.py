@@ -112,17 +112,21 @@ CONFIG_SIGNATURES: tuple[Signature, ...] = (
     _config("Cannot provide a placement group",
             r"Cannot provide a placement group requiring (?P<world_size>[\d.]+) GPUs", ConfigReason.NOT_ENOUGH_GPUS, _world),
     _config("must be divisible by tensor parallel size",
-            r"must be divisible by tensor parallel size", ConfigReason.BAD_ARGUMENT),
+            r"(?:attention heads \((?P<attention_heads>\d+)\) )?must be divisible by tensor parallel size"
+            r"(?: \((?P<tensor_parallel_size>\d+)\))?", ConfigReason.HEADS_NOT_DIVISIBLE,
+            _numbers(attention_heads="int", tensor_parallel_size="int")),
     _config("not supported for quantization method", r"is not supported for quantization method", ConfigReason.BAD_ARGUMENT),
     _config("does not match the quantization method",
             r"Quantization method specified in the model config \(\S{1,256}\) does not match the quantization method",
             ConfigReason.BAD_ARGUMENT),
-    _config("Bfloat16 is only supported on GPUs", r"Bfloat16 is only supported on GPUs with compute capability",
-            ConfigReason.BAD_ARGUMENT),
+    _config("Bfloat16 is only supported on GPUs", r"Bfloat16 is only supported on GPUs with compute capability"
+            r"(?:.{0,60}?Your (?P<gpu_name>.{1,80}?) GPU has compute capability (?P<compute_capability>\d+\.\d+))?",
+            ConfigReason.DTYPE_UNSUPPORTED, _numbers(gpu_name="str", compute_capability="str")),
     _config("is not supported for the current GPU", r"The quantization method \S{1,256}(?: \+ \w+)? is not supported "
             r"for the current GPU\. Minimum capability", ConfigReason.BAD_ARGUMENT),
-    _config("is smaller than max_model_len", r"max_num_batched_tokens \(\d+\) is smaller than max_model_len "
-            r"\(\d+\)", ConfigReason.BAD_ARGUMENT),
+    _config("is smaller than max_model_len", r"max_num_batched_tokens \((?P<max_num_batched_tokens>\d+)\) is "
+            r"smaller than max_model_len \((?P<max_model_len>\d+)\)", ConfigReason.BATCH_BELOW_CONTEXT,
+            _numbers(max_num_batched_tokens="int", max_model_len="int")),
     _config("GPU memory utilization must be", r"GPU memory utilization must be less than 1\.0", ConfigReason.BAD_ARGUMENT),
     _config("Unknown quantization method", r"Unknown quantization method: \S{1,256} Must be one of", ConfigReason.BAD_ARGUMENT),
     _config("Pipeline parallelism is not supported for this model",

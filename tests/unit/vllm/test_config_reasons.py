@@ -86,3 +86,26 @@ def test_a_plain_string_finds_its_row() -> None:
     """State and the launcher's own records hold the reason as text: the same row answers it."""
     assert FIXES[ConfigReason.GATED_REPO] is fix_for("gated_repo")
     assert "gated_repo" == ConfigReason.GATED_REPO
+
+
+def test_the_precise_refusals_carry_vllms_numbers_into_their_fix() -> None:
+    """vLLM says exactly what is wrong: its numbers reach the fix, instead of the generic 'fix the profile'."""
+    from launcher.run.ladder import describe_remedy
+    from launcher.vllm.diagnose import diagnose_lines
+
+    rows = [
+        ("ValueError: Total number of attention heads (28) must be divisible by tensor parallel size (8).",
+         "heads_not_divisible", "tensor-parallel-size 8 does not divide the model's 28 attention heads; set "
+         "vllm.tensor-parallel-size to one of 1, 2, 4, 7, 14, 28"),
+        ("ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla T4 GPU "
+         "has compute capability 7.5. You can use float16 instead by explicitly setting the `dtype` flag in CLI, for "
+         "example: --dtype=half.", "dtype_unsupported", "the Tesla T4 (compute capability 7.5) has less; set vllm.dtype: half"),
+        ("ValueError: max_num_batched_tokens (2048) is smaller than max_model_len (32768). This effectively limits the "
+         "maximum sequence length to max_num_batched_tokens and makes vLLM reject longer sequences. Please increase "
+         "max_num_batched_tokens or decrease max_model_len.", "batch_below_context",
+         "set vllm.max-num-batched-tokens to at least 32768"),
+    ]
+    for line, reason, words in rows:
+        d = diagnose_lines([line])
+        assert (d.cls, d.reason) == ("config", reason)
+        assert words in config_fix(d) and words in describe_remedy(d), config_fix(d)

@@ -25,7 +25,7 @@ ROWS = [
     ("torch.OutOfMemoryError: CUDA out of memory.", f"{SITE}vllm/config/model.py", None),
     # The message wins over the module: each is a row of the catalogue, its class decided by hand.
     ("ValueError: Total number of attention heads (64) must be divisible by tensor parallel size (3).",
-     f"{SITE}vllm/v1/worker/gpu_model_runner.py", ("config", "bad_argument", "message")),
+     f"{SITE}vllm/v1/worker/gpu_model_runner.py", ("config", "heads_not_divisible", "message")),
     ("NotImplementedError: Unsupported OS", None, ("unknown", None, "message")),
     ("ValueError: Unsupported OS", None, None),  # the message, but not the type its row raises
     ("not an exception line", f"{SITE}vllm/config/parallel.py", None),

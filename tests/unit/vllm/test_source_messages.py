@@ -29,7 +29,7 @@ CLASSES = {"ok", "startup_memory", "fp8_unsupported", "kv_insufficient", "no_cac
            "unknown", "compile_cache", "distributed_init"}
 REASONS = {"tool_parser", "reasoning_parser", "unknown_flag", "bad_argument", "max_model_len_above_model",
            "model_not_found", "gated_repo", "unsupported_model", "port_in_use", "not_enough_gpus",
-           "missing_dependency"}
+           "missing_dependency", "heads_not_divisible", "dtype_unsupported", "batch_below_context"}
 
 
 def _vkey(version: str) -> tuple[int, ...]:
