@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from launcher.vllm import raise_sites
-from launcher.vllm.classify import classify, normalize
+from launcher.vllm.classify import classify, is_client_text, normalize
 from launcher.vllm.phases import PhaseClock, line_time, timed
 from launcher.vllm.signatures import (
     CONFIG,
@@ -92,6 +92,8 @@ _FRAME_PATH = re.compile(r'File "([^"]{1,512})", line \d+')
 _STAGE = re.compile(r"\[Stage-(\d{1,4})\]")
 _QUOTE_MARKS = "▎>│| "  # what a paste puts before each line of a quoted log
 _JOIN_LINES = 3  # lines after a failure that may continue its wrapped message
+_PYDANTIC = "Value error, "  # how pydantic's ValidationError shows a ValueError its validator raised
+_PYDANTIC_MODULE = "vllm/config/vllm.py"  # pydantic validates vLLM's config dataclasses: a refusal of vllm/config
 _HINT_WINDOW = 80  # lines before the out-of-memory line whose frames still describe it
 # Lines that show the start-up moving on: a failure line read before one of these did not end it.
 ACQUITTING = frozenset({EventKind.PROGRESS, EventKind.MODEL_LOADING, EventKind.KV_TOKENS, EventKind.CONCURRENCY,
@@ -162,6 +164,7 @@ class Diagnoser:
         self.tracebacks: dict[str | None, int] = {}  # process prefix → line of its open traceback's header
         self.frames: dict[str | None, str] = {}  # process prefix → the file of the last frame of its traceback
         self.last_exception_module: str | None = None
+        self.last_acquitted: tuple[LogEvent, int | None, str | None] | None = None  # with its line and phase
         self.stage: str | None = None  # the pipeline stage of the line being read (`[Stage-1]`), if it names one
         self.failure_stage: str | None = None
         self.joinable: tuple[LogEvent, str, int] | None = None  # the failure a wrapped next line may continue
@@ -194,6 +197,7 @@ class Diagnoser:
             return None
         event = self.failure
         self._warn(event)
+        self.last_acquitted = (event, self.failure_line, self.phase_at_failure)
         self.failure = self.failure_line = self.phase_at_failure = self.failure_stage = self.joinable = None
         return event
 
@@ -233,32 +237,59 @@ class Diagnoser:
         if self.joinable is not None and self._join(line):
             return None
         event = classify(line)
+        if event is None and _PYDANTIC in line and not self.completed:
+            event = self._validation_error(line)
         if event is not None:
             self.observe(event)
         return event
 
     def _join(self, line: str) -> bool:
-        """A failure's message wrapped by a terminal or a paste onto the next lines (no prefix, no level of their
-        own): read again joined; the numbers the whole sentence carries are added to the failure. True when the
-        line was taken as such a continuation."""
+        """A failure's or an exception's message wrapped onto the next lines by a terminal (cut at its width, no
+        space added) or a paste (at a word): lines with no prefix or level of their own are read joined to it. A
+        joined failure gains the numbers of the whole sentence; an exception no signature knew may turn out to be
+        a failure once whole. True when the line was taken as such a continuation."""
         event, text, since = self.joinable or (None, "", 0)
         proc, level, message = normalize(line[:4096])
         rest = message.strip().lstrip(_QUOTE_MARKS).strip()
         if event is None or proc is not None or level is not None or not rest or self.lines - since > _JOIN_LINES:
             self.joinable = None
             return False
-        whole = classify(f"{text} {rest}")
-        if whole is None or whole.kind != EventKind.FAILURE or whole.failure != event.failure:
-            return False
+        for joined in (f"{text}{rest}", f"{text} {rest}"):  # cut at the width, or wrapped at a word
+            whole = classify(joined)
+            if whole is None or whole.kind != EventKind.FAILURE:
+                continue
+            if event.kind == EventKind.EXCEPTION:  # an exception no signature knew: whole, it is a failure
+                whole = dataclasses.replace(whole, proc=event.proc, pid=event.pid)
+                self.joinable = None
+                self.observe(whole)
+                if self.failure is whole:
+                    self.joinable = (whole, joined, since)
+                return True
+            added = {key: value for key, value in whole.values.items() if key not in event.values}
+            if whole.failure != event.failure or not added:
+                continue
+            self.numbers.update(added)
+            joinable = dataclasses.replace(event, values={**event.values, **added})
+            if self.failure is event:
+                self.failure = joinable
+            self.joinable = (joinable, joined, since)
+            return True
         self.joinable = (event, f"{text} {rest}", since)
-        added = {key: value for key, value in whole.values.items() if key not in event.values}
-        if not added:
-            return False
-        self.numbers.update(added)
-        if self.failure is event:
-            self.failure = dataclasses.replace(event, values={**event.values, **added})
-            self.joinable = (self.failure, f"{text} {rest}", since)
-        return True
+        return False
+
+    def _validation_error(self, line: str) -> LogEvent | None:
+        """pydantic's form of a ValueError a validator of vLLM's config dataclasses raised (`  Value error, Unknown
+        attention backend: 'X'. Valid options are: …  [type=value_error, …]`): that ValueError, raised in vllm/config."""
+        proc, _, message = normalize(line[:4096])
+        if is_client_text(message):
+            return None
+        text = message.split(_PYDANTIC, 1)[1].split(" [type=value_error", 1)[0].strip()
+        if not text:
+            return None
+        self._remember(self.frames, proc, _PYDANTIC_MODULE)
+        event = LogEvent(EventKind.EXCEPTION, f"{_PYDANTIC}{text}"[:1000], {"type": "ValueError"}, proc=proc)
+        self.observe(event)
+        return event
 
     @staticmethod
     def _remember(table: dict[str | None, Any], proc: str | None, value: Any) -> None:
@@ -288,6 +319,7 @@ class Diagnoser:
                 self.last_exception_line = self.lines
                 # The innermost frame its process printed since its traceback began: the module that raised it.
                 self.last_exception_module = self.frames.get(event.proc)
+                self.joinable = (event, event.message.strip().lstrip(_QUOTE_MARKS).strip(), self.lines)
         elif kind == EventKind.SHUTDOWN:
             self.shutting_down = True
         elif kind in _SERVING:
@@ -373,8 +405,11 @@ class Diagnoser:
             # The log ends inside a traceback (its final exception never came: the process died, or the paste was
             # cut): the start-up failed. A failure line that progress seemed to acquit is its likeliest cause.
             if self.acquitted:
-                cause = self.acquitted[-1]
-                return Diagnosis(cause.failure or UNKNOWN, cause.reason, cause.message, numbers, state, open_since,
+                cause, reason = self.acquitted[-1], self.acquitted[-1].reason
+                if reason is None and cause.failure == STARTUP_MEMORY and self.last_acquitted is not None \
+                        and self.last_acquitted[0] is cause:
+                    reason = self._oom_phase(self.last_acquitted[1] or 0, self.last_acquitted[2])
+                return Diagnosis(cause.failure or UNKNOWN, reason, cause.message, numbers, state, open_since,
                                  warnings[:-1], "log_end_in_traceback")
             return Diagnosis(UNKNOWN, None, self.first_error or "the log ends inside a traceback", numbers, state,
                              open_since, warnings, "log_end_in_traceback")
@@ -394,15 +429,17 @@ class Diagnoser:
         return Diagnosis(verdict.cls, verdict.reason, cause.message, numbers, state, line, warnings,
                          f"{evidence}, raise site by {verdict.how}")
 
-    def _oom_phase(self) -> str | None:
-        """The start-up phase an out-of-memory happened in: its traceback first, then the log's progress."""
-        start = (self.failure_line or 0) - _HINT_WINDOW
+    def _oom_phase(self, line: int | None = None, phase: str | None = None) -> str | None:
+        """The start-up phase an out-of-memory happened in (the standing failure's, or the one at `line` in
+        `phase`): its traceback first, then the log's progress."""
+        line, phase = (line, phase) if line is not None else (self.failure_line, self.phase_at_failure)
+        start = (line or 0) - _HINT_WINDOW
         names = [name for line, name in self.hints if line >= start]
         for name in names:
             for phase, markers in _OOM_PHASES:
                 if any(marker in name for marker in markers):
                     return phase
-        return _PHASE_REASON.get(self.phase_at_failure or "")
+        return _PHASE_REASON.get(phase or "")
 
     def _derived_numbers(self, numbers: dict[str, Any]) -> dict[str, Any]:
         if "model_loading_gb" in numbers:  # 0.6–0.7 print GiB labelled "GB"

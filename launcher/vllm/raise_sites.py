@@ -10,7 +10,10 @@ or that accuse while vLLM still runs; an exception no signature knows comes here
    anything on the line), the longest template that matches wins: the class and reason its row was given;
 2. else the module that raised it (the innermost frame of its traceback), for the exception types vLLM raises
    to refuse a setting: the class most catalogued messages of that module have, then of its folder, when at
-   least two thirds agree. A module of internal checks votes `unknown` and stays so.
+   least two thirds agree. A module of internal checks votes `unknown` and stays so;
+3. else, raised inside vLLM, a refusal whose message names one of vLLM's own settings (`max_num_batched_tokens`,
+   `--kv-cache-dtype`: the shipped flag list) is a configuration that cannot work as set (`bad_argument`): vLLM's
+   refusals name the setting to change.
 
 Nothing else is inferred: what neither finds stays `unknown` (one retry, then exit 75).
 """
@@ -26,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from launcher.config.flags import shipped_catalog
 from launcher.vllm.signature_kit import CONFIG, UNKNOWN, FailureClass
 
 CATALOGUE = Path(__file__).resolve().parents[1] / "data" / "vllm-source-messages.yaml"
@@ -38,6 +42,7 @@ _MIN_LITERAL = 16
 _AGREEMENT = 2 / 3
 _PLACEHOLDER = re.compile(r"\{[^{}]*\}")
 _EXCEPTION = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w+(?:Error|Exception))\s*:\s*(?P<message>.*)$")
+_PYDANTIC = "Value error, "
 _VLLM_PATH = re.compile(r"(?:^|/)(vllm/[\w/.]+\.py)$")
 
 
@@ -62,7 +67,10 @@ class _Template:
 def judge(exception: str, module: str | None = None) -> Verdict | None:
     """The verdict for a final exception line (`ValueError: text`, a prefix or a dotted type allowed) raised in
     `module` (a path ending in `vllm/….py`, or None); None when neither the message nor the module speaks."""
-    found = _EXCEPTION.match(exception.strip())
+    exception = exception.strip()
+    if exception.startswith(_PYDANTIC):  # pydantic's form of a ValueError its validator raised
+        exception = f"ValueError: {exception.removeprefix(_PYDANTIC)}"
+    found = _EXCEPTION.match(exception)
     if found is None:
         return None
     kind, message = found.group("type"), found.group("message").strip()
@@ -82,7 +90,18 @@ def judge(exception: str, module: str | None = None) -> Verdict | None:
         verdict = votes.get(key)
         if verdict is not None:
             return verdict
+    if _setting_names().search(message) is not None:
+        return Verdict(CONFIG, "bad_argument", "setting")
     return None
+
+
+@functools.cache
+def _setting_names() -> re.Pattern[str]:
+    """vLLM's settings of two words or more, as its messages write them (`max_num_batched_tokens`, `--max-model-len`,
+    `max-model-len`); one-word flags (`dtype`, `device`) are too common words to name a setting."""
+    names = [name for name in shipped_catalog().flags if "-" in name]
+    forms = sorted({form for name in names for form in (name, name.replace("-", "_"))}, key=len, reverse=True)
+    return re.compile(r"(?<![\w-])(?:" + "|".join(map(re.escape, forms)) + r")(?![\w-])")
 
 
 @functools.cache
