@@ -92,6 +92,9 @@ _FRAME_PATH = re.compile(r'File "([^"]{1,512})", line \d+')
 _STAGE = re.compile(r"\[Stage-(\d{1,4})\]")
 _QUOTE_MARKS = "▎>│| "  # what a paste puts before each line of a quoted log
 _JOIN_LINES = 3  # lines after a failure that may continue its wrapped message
+# Death lines that name no cause, and how far above them the error they died of may stand.
+_GENERIC_DEATHS = ("Worker proc ", "Engine core proc ", "WorkerProc hit an exception", "Engine process failed")
+_DEATH_CAUSE_LINES = 5
 _PYDANTIC = "Value error, "  # how pydantic's ValidationError shows a ValueError its validator raised
 _PYDANTIC_MODULE = "vllm/config/vllm.py"  # pydantic validates vLLM's config dataclasses: a refusal of vllm/config
 _HINT_WINDOW = 80  # lines before the out-of-memory line whose frames still describe it
@@ -164,6 +167,7 @@ class Diagnoser:
         self.tracebacks: dict[str | None, int] = {}  # process prefix → line of its open traceback's header
         self.frames: dict[str | None, str] = {}  # process prefix → the file of the last frame of its traceback
         self.last_exception_module: str | None = None
+        self.error_text: tuple[str, int] | None = None  # the latest error line a process printed, and its number
         self.last_acquitted: tuple[LogEvent, int | None, str | None] | None = None  # with its line and phase
         self.stage: str | None = None  # the pipeline stage of the line being read (`[Stage-1]`), if it names one
         self.failure_stage: str | None = None
@@ -226,6 +230,8 @@ class Diagnoser:
                 and self.lines - (self.failure_line or 0) <= 3:
             # The failure was only a cause: another exception follows, and that one ends the traceback.
             self.confirmed = None
+        if ("rror" in line or "Failed" in line) and len(line) < 4096 and not self.completed:
+            self._error_text(line)
         if ("ERROR" in line or "CRITICAL" in line) and not self.errors:
             self.first_error = normalize(line[:4096])[2].strip()
         if "ERROR" in line or "CRITICAL" in line:
@@ -276,6 +282,15 @@ class Diagnoser:
             return True
         self.joinable = (event, f"{text} {rest}", since)
         return False
+
+    def _error_text(self, line: str) -> None:
+        """The latest error a process printed on its own (a C++ `Failed: Cuda error …`, an ERROR record): what a
+        generic death line that follows it died of."""
+        _, level, message = normalize(line)
+        message = message.strip()
+        if level in (None, "ERROR", "CRITICAL") and message and not is_client_text(message) \
+                and not message.startswith(_GENERIC_DEATHS):
+            self.error_text = (message[:1000], self.lines)
 
     def _validation_error(self, line: str) -> LogEvent | None:
         """pydantic's form of a ValueError a validator of vLLM's config dataclasses raised (`  Value error, Unknown
@@ -354,6 +369,10 @@ class Diagnoser:
         if event.failure == ENGINE_DEAD and self.shutting_down:
             return
         ends_traceback = self._ends_traceback(event)
+        if event.failure == ENGINE_DEAD and event.message.startswith(_GENERIC_DEATHS) and self.error_text is not None \
+                and self.lines - self.error_text[1] <= _DEATH_CAUSE_LINES:
+            # "Worker proc … died unexpectedly" says that it died, not of what: the error it printed just before does.
+            event = dataclasses.replace(event, message=self.error_text[0])
         if self.completed and event.failure != ENGINE_DEAD and event.reason not in _AFTER_STARTUP_REASONS:
             # Once vLLM served, a start-up class (a model, memory or KV-cache line) describes no start-up: one
             # request's error, or another program's lines in the same file. It is a warning, never a verdict.
@@ -372,6 +391,10 @@ class Diagnoser:
                     self.confirmed = "engine_start_failed"  # vLLM said the engine failed before naming the cause
             elif self.confirmed is None and event.failure == self.failure.failure:
                 self.confirmed = "traceback" if ends_traceback else "same_class"
+                if _EXCEPTION_FORM.match(event.message) and not _EXCEPTION_FORM.match(self.failure.message):
+                    # The exception vLLM raised says it better than the line that accused (a figure at INFO): it
+                    # becomes the root cause, with the numbers of both.
+                    self.failure = dataclasses.replace(event, values={**self.failure.values, **event.values})
         else:
             if self.generic is None:
                 self.generic, self.generic_line = event, self.lines

@@ -75,3 +75,14 @@ def test_a_handled_refusal_that_progress_follows_is_no_failure() -> None:
              "(EngineCore_DP0 pid=77) INFO 12-01 10:00:09 [gpu_model_runner.py:2653] Model loading took 1.2 GiB and "
              "3.1 seconds"]
     assert diagnose_lines(lines).cls == "ok"
+
+
+def test_a_refusal_raised_inside_vllm_that_names_a_setting_is_config() -> None:
+    """Third, after the message and the module: vLLM's refusals name the setting to change (its flag list)."""
+    raised = f"{SITE}vllm/v1/core/encoder_cache_manager.py"  # a folder whose catalogued messages disagree
+    named = ("ValueError: Chunked MM input disabled but max_tokens_per_mm_item (2496) is larger than "
+             "max_num_batched_tokens (2048). Please increase max_num_batched_tokens.")
+    verdict = judge(named, raised)
+    assert verdict is not None and (verdict.cls, verdict.reason, verdict.how) == ("config", "bad_argument", "setting")
+    assert judge("ValueError: the dtype of the block table is odd", raised) is None, "one-word flags name nothing"
+    assert judge(named, None) is None, "without a frame inside vLLM nothing says it is vLLM's refusal"

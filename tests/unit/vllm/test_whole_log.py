@@ -73,3 +73,36 @@ def test_a_log_that_ends_inside_a_traceback_failed() -> None:
 def test_a_traceback_after_the_server_came_up_is_a_requests_not_the_start_ups() -> None:
     serving = "(APIServer pid=4) INFO 12-01 10:01:00 [api_server.py:1900] Starting vLLM API server 0 on http://0.0.0.0:8000"
     assert diagnose_lines([LOADING, BAR, serving, *CUT]).cls == "ok"
+
+
+def test_a_message_cut_at_the_terminals_width_is_read_whole() -> None:
+    """Cut mid-number, no space added: an exception no signature knew is, whole, the failure it says."""
+    cut = ["(EngineCore pid=4) ValueError: Free memory on device cuda:0 (13.33/15.47 GiB",
+           ") on startup is less than desired GPU memory utilization (0.9, 13.92 GiB). Decre",
+           "ase GPU memory utilization or reduce GPU memory used by other processes."]
+    d = diagnose_lines(cut)
+    assert (d.cls, d.reason, d.numbers.get("free_gib"), d.numbers.get("requested_gib")) == \
+        ("startup_memory", "free_below_utilization", 13.33, 13.92)
+
+
+def test_pydantics_value_error_is_the_refusal_vllms_config_raised() -> None:
+    d = diagnose_lines(["(APIServer pid=74)   Value error, Unknown attention backend: 'B12X'. Valid options are: "
+                        "FLASH_ATTN, TRITON_ATTN [type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]"])
+    assert (d.cls, d.reason) == ("config", "bad_argument")
+    assert d.root_cause == "Value error, Unknown attention backend: 'B12X'. Valid options are: FLASH_ATTN, TRITON_ATTN"
+
+
+def test_the_exception_vllm_raised_is_the_root_cause_over_the_figure_that_accused() -> None:
+    lines = ["(EngineCore pid=1) INFO 09-11 21:21:56 [gpu_worker.py:560] Available KV cache memory: -0.61 GiB",
+             "(EngineCore pid=1) ValueError: No available memory for the cache blocks. Try increasing "
+             "`gpu_memory_utilization` when initializing the engine."]
+    d = diagnose_lines(lines)
+    assert d.cls == "no_cache_blocks" and d.root_cause is not None and d.root_cause.startswith("ValueError: No available")
+
+
+def test_a_generic_death_is_of_the_error_printed_just_before_it() -> None:
+    died = ("(EngineCore pid=3) ERROR 09-10 09:37:41 [multiproc_executor.py:314] Worker proc VllmWorker-0 died "
+            "unexpectedly (exit code: None), shutting down executor.")
+    cause = "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:164 'invalid argument'"
+    assert diagnose_lines([LOADING, cause, died]).root_cause == cause
+    assert diagnose_lines([LOADING, cause, *["x"] * 6, died]).root_cause == died.split("] ", 1)[1], "too far above"
