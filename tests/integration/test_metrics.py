@@ -33,5 +33,13 @@ def test_a_ladder_step_and_ready_show_in_the_scraped_metrics(launch: Callable[..
     assert got["vllm_launch_ladder_steps_total{class=kv_insufficient}"] == 1.0
     assert got["vllm_launch_kv_tokens{}"] == float(lau.state()["capacity"]["kv_tokens"])
     assert got["vllm_launch_last_failure_info{class=kv_insufficient}"] == 1.0
+    # What each attempt cost, and where the served start-up's time went: vLLM's own "Loading weights took" of
+    # both attempts in the histogram, the ready one's in state.
+    state = lau.state()
+    assert [(a["number"], a["outcome"], a["class"]) for a in state["attempts"]] == \
+        [(1, "failed", "kv_insufficient"), (2, "ready", "")]
+    assert all(isinstance(a["seconds"], float) and "weights" in a["phases"] for a in state["attempts"])
+    assert "weights" in state["startup_phases"]["seconds"]
+    assert got["vllm_launch_startup_phase_seconds_count{phase=weights}"] == 2.0
     lau.signal(signal.SIGTERM)
     assert 0 == lau.wait(15)
