@@ -19,11 +19,11 @@ from __future__ import annotations
 import enum
 import json
 import re
-import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from launcher.run.health import Verify
 from launcher.vllm import api
 from launcher.vllm.config_reasons import ConfigReason
 
@@ -171,7 +171,7 @@ def wanted(setting: str, flags: Mapping[str, object]) -> bool:
 
 def probe(base_url: str, served_model_name: str, api_key: str | None, *, timeout: float,
           tool_call_parser: str | None, reasoning_parser: str | None,
-          verify: Callable[[socket.socket], None] | None = None, ca_file: str | None = None) -> AgentCheck:
+          verify: Verify | None = None, ca_file: str | None = None) -> AgentCheck:
     """Send the agent turn and judge the answer. A server that is not ours raises NotOurServer (nothing sent)."""
     try:
         status, body = api.request(f"{base_url}/v1/chat/completions", timeout, api_key=api_key,
