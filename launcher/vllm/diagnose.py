@@ -95,6 +95,8 @@ _JOIN_LINES = 3  # lines after a failure that may continue its wrapped message
 # Death lines that name no cause, and how far above them the error they died of may stand.
 _GENERIC_DEATHS = ("Worker proc ", "Engine core proc ", "WorkerProc hit an exception", "Engine process failed")
 _DEATH_CAUSE_LINES = 5
+_POINTERS = ("See stack trace", "See root cause", "root cause above", "encountered a fatal error",
+             "encountered an issue")
 _PYDANTIC = "Value error, "  # how pydantic's ValidationError shows a ValueError its validator raised
 _PYDANTIC_MODULE = "vllm/config/vllm.py"  # pydantic validates vLLM's config dataclasses: a refusal of vllm/config
 _HINT_WINDOW = 80  # lines before the out-of-memory line whose frames still describe it
@@ -132,6 +134,12 @@ def _rank_kind(name: str) -> str:
     return name
 
 
+def _points_elsewhere(message: str) -> bool:
+    """A line that says something failed and points at the cause elsewhere ("See stack trace (above) for the root
+    cause", "EngineCore encountered a fatal error."): never the root cause itself when the cause is in the log."""
+    return any(words in message for words in _POINTERS)
+
+
 def _sibling_ranks(accused: LogEvent, other: LogEvent) -> bool:
     """Two different processes of the same kind (TP/PP/DP ranks): one's progress says nothing of the other's
     failure, since every rank loads and profiles on its own."""
@@ -167,6 +175,7 @@ class Diagnoser:
         self.tracebacks: dict[str | None, int] = {}  # process prefix → line of its open traceback's header
         self.frames: dict[str | None, str] = {}  # process prefix → the file of the last frame of its traceback
         self.last_exception_module: str | None = None
+        self.pointed = False  # the standing failure's root cause is the exception its pointer line pointed at
         self.error_text: tuple[str, int] | None = None  # the latest error line a process printed, and its number
         self.last_acquitted: tuple[LogEvent, int | None, str | None] | None = None  # with its line and phase
         self.stage: str | None = None  # the pipeline stage of the line being read (`[Stage-1]`), if it names one
@@ -329,6 +338,11 @@ class Diagnoser:
                 self.first_error = event.message
             self.errors += 1
             self._ends_traceback(event)
+            if (self.failure is not None and self.failure.failure == ENGINE_DEAD and self.failure.proc == event.proc
+                    and (self.pointed or _points_elsewhere(self.failure.message))
+                    and not _points_elsewhere(event.message)):
+                # "EngineCore encountered a fatal error." heads the traceback whose final exception says of what.
+                self.failure, self.pointed = dataclasses.replace(self.failure, message=event.message), True
             if "initialization failed" not in event.message:
                 self.last_exception = event
                 self.last_exception_line = self.lines
@@ -382,7 +396,7 @@ class Diagnoser:
             if self.failure is None or (self.confirmed is None and ends_traceback
                                         and event.failure != self.failure.failure):
                 # The first failure line stands; a traceback that ends in another failure replaces a mere accusation.
-                self.failure, self.failure_line, self.failure_stage = event, self.lines, self.stage
+                self.failure, self.failure_line, self.failure_stage, self.pointed = event, self.lines, self.stage, False
                 self.joinable = (event, event.message.strip().lstrip(_QUOTE_MARKS).strip(), self.lines)
                 self.phase_at_failure = self.phase
                 if ends_traceback:
@@ -391,7 +405,8 @@ class Diagnoser:
                     self.confirmed = "engine_start_failed"  # vLLM said the engine failed before naming the cause
             elif self.confirmed is None and event.failure == self.failure.failure:
                 self.confirmed = "traceback" if ends_traceback else "same_class"
-                if _EXCEPTION_FORM.match(event.message) and not _EXCEPTION_FORM.match(self.failure.message):
+                if _EXCEPTION_FORM.match(event.message) and not _EXCEPTION_FORM.match(self.failure.message) \
+                        and not _points_elsewhere(event.message):
                     # The exception vLLM raised says it better than the line that accused (a figure at INFO): it
                     # becomes the root cause, with the numbers of both.
                     self.failure = dataclasses.replace(event, values={**self.failure.values, **event.values})

@@ -106,3 +106,17 @@ def test_a_generic_death_is_of_the_error_printed_just_before_it() -> None:
     cause = "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:164 'invalid argument'"
     assert diagnose_lines([LOADING, cause, died]).root_cause == cause
     assert diagnose_lines([LOADING, cause, *["x"] * 6, died]).root_cause == died.split("] ", 1)[1], "too far above"
+
+
+def test_a_line_that_points_at_the_cause_is_not_the_cause() -> None:
+    """'EngineCore encountered a fatal error.' heads a traceback: its final exception is the root cause, and the
+    API server's 'See stack trace (above) for the root cause' never replaces it."""
+    engine = "(EngineCore_DP0 pid=243) ERROR 06-27 02:23:02 [core.py:1008] "
+    lines = [f"{engine}EngineCore encountered a fatal error.", f"{engine}Traceback (most recent call last):",
+             f"{engine}RuntimeError: The following operation failed in the TorchScript interpreter.",
+             f"{engine}RuntimeError: Failed to execute the model status=1006 message=Execution Out-Of-Bounds Memory Access",
+             "(APIServer pid=41) ERROR 06-27 02:23:02 [async_llm.py:710] vllm.v1.engine.exceptions.EngineDeadError: "
+             "EngineCore encountered an issue. See stack trace (above) for the root cause."]
+    d = diagnose_lines(lines)
+    assert d.cls == "engine_dead"
+    assert d.root_cause == "RuntimeError: Failed to execute the model status=1006 message=Execution Out-Of-Bounds Memory Access"
