@@ -11,7 +11,9 @@ or that accuse while vLLM still runs; an exception no signature knows comes here
 2. else the module that raised it (the innermost frame of its traceback), for the exception types vLLM raises
    to refuse a setting: the class most catalogued messages of that module have, then of its folder, when at
    least two thirds agree. A module of internal checks votes `unknown` and stays so;
-3. else, raised inside vLLM, a refusal whose message names one of vLLM's own settings (`max_num_batched_tokens`,
+3. else a KeyError whose key is a parameter's name (`layers.0.mlp.experts.w2_weight_scale_inv`): the checkpoint
+   holds a tensor this vLLM's model code does not know (`unsupported_model`: another vLLM, or another checkpoint);
+4. else, raised inside vLLM, a refusal whose message names one of vLLM's own settings (`max_num_batched_tokens`,
    `--kv-cache-dtype`: the shipped flag list) is a configuration that cannot work as set (`bad_argument`): vLLM's
    refusals name the setting to change.
 
@@ -43,6 +45,8 @@ _AGREEMENT = 2 / 3
 _PLACEHOLDER = re.compile(r"\{[^{}]*\}")
 _EXCEPTION = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w+(?:Error|Exception))\s*:\s*(?P<message>.*)$")
 _PYDANTIC = "Value error, "
+# A checkpoint tensor's name as a KeyError prints it: dotted, ending in what a layer's parameters are called.
+_PARAMETER_KEY = re.compile(r"""^['"](?:[\w]+\.){2,}\w*(?:weight|bias|scale|scale_inv|qweight|qzeros|scales|g_idx)\w*['"]$""")
 _VLLM_PATH = re.compile(r"(?:^|/)(vllm/[\w/.]+\.py)$")
 
 
@@ -80,6 +84,8 @@ def judge(exception: str, module: str | None = None) -> Verdict | None:
             best = template
     if best is not None and (not best.types or kind in best.types):
         return best.verdict
+    if kind == "KeyError" and _PARAMETER_KEY.match(message):
+        return Verdict(CONFIG, "unsupported_model", "parameter")
     if kind not in REFUSALS or module is None:
         return None
     path = _VLLM_PATH.search(module.replace("\\", "/"))

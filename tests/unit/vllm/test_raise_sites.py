@@ -29,6 +29,9 @@ ROWS = [
     ("NotImplementedError: Unsupported OS", None, ("unknown", None, "message")),
     ("ValueError: Unsupported OS", None, None),  # the message, but not the type its row raises
     ("not an exception line", f"{SITE}vllm/config/parallel.py", None),
+    # A checkpoint tensor no model code knows: another checkpoint or another vLLM, not a retry.
+    ("KeyError: 'layers.0.mlp.experts.w2_weight_scale_inv'", None, ("config", "unsupported_model", "parameter")),
+    ("KeyError: 'model_type'", None, None),
 ]
 
 
