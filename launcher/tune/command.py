@@ -36,7 +36,7 @@ from launcher.tune import candidates as grid_
 from launcher.tune import report
 from launcher.tune.cache import Level, Record, Store, key_of
 from launcher.tune.candidates import Candidate
-from launcher.tune.measure import CandidateRun, Measured, Plan
+from launcher.tune.measure import CandidateRun, Measured, MeasureSetup
 from launcher.tune.slo import Slo, requests_needed
 from launcher.tune.write import refuse_existing, write_profile
 
@@ -103,9 +103,9 @@ def tune(request: Request, environ: Mapping[str, str] | None = None) -> int:
     ordered = grid_.order(kept, {c: plan_for(c.sets()) for c in kept})
     settings = workload_settings(request.workload, request.settings)
     gpu = _box(profile.launcher.device, base)
-    plan = Plan(spec=request.profile, profile=profile, target=resolve_target(request.profile, environ),
-                slo=request.slo, workload=settings, rounds=request.rounds, most_users=request.most_users,
-                deadline=None if request.budget_s is None else started + request.budget_s, environ=environ)
+    setup = MeasureSetup(spec=request.profile, profile=profile, target=resolve_target(request.profile, environ),
+                         slo=request.slo, workload=settings, rounds=request.rounds, most_users=request.most_users,
+                         deadline=None if request.budget_s is None else started + request.budget_s, environ=environ)
     store = Store.private(directory / "tune")
     profile_bytes = text.encode()
     workload_key = workload_key_of(request, settings)
@@ -118,7 +118,7 @@ def tune(request: Request, environ: Mapping[str, str] | None = None) -> int:
                          slo=request.slo.canonical(), vllm_version=base.version.version, gpu=gpu)
             record = Record(key) if request.fresh else store.load(key)
             progress.candidate(candidate)
-            run = CandidateRun(plan, candidate, record, store, on_level=progress.level)
+            run = CandidateRun(setup, candidate, record, store, on_level=progress.level)
             try:
                 results.append((run.run(), record.levels))
             except KeyboardInterrupt:

@@ -39,8 +39,9 @@ class CandidateStopped(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
-    """How every candidate is measured: the same workload, target and bounds for all of them."""
+class MeasureSetup:
+    """How every candidate is measured: the same workload, target and bounds for all of them (not a
+    `launcher.vllm.command.Plan`, which is the argv and env of one launch)."""
 
     spec: str  # the profile's path, as `up` takes it
     profile: Profile
@@ -67,26 +68,26 @@ class Measured:
     rung: dict[str, object] = field(default_factory=dict)  # what the supervisor's ladder changed, if anything
 
 
-def level_settings(plan: Plan, round_: int, users: int) -> Settings:
+def level_settings(setup: MeasureSetup, round_: int, users: int) -> Settings:
     """The workload of one level: enough requests to fill the SLO's highest percentile, spread over `users`,
     with a seed of its own so that no level replays another's prompts into the prefix cache (every candidate
     gets the same seeds, so they all see the same prompts). The server was warmed before the first level."""
-    needed = slo_.requests_needed(plan.slo)
-    return replace(plan.workload, users=users, turns=max(1, math.ceil(needed / users)), duration_s=None,
-                   warmup=0, seed=plan.workload.seed + 100_003 * round_ + users)
+    needed = slo_.requests_needed(setup.slo)
+    return replace(setup.workload, users=users, turns=max(1, math.ceil(needed / users)), duration_s=None,
+                   warmup=0, seed=setup.workload.seed + 100_003 * round_ + users)
 
 
 WARMUP_USERS = 4
 WARMUP_TURNS = 2
 
 
-def warmup_settings(plan: Plan) -> Settings:
+def warmup_settings(setup: MeasureSetup) -> Settings:
     """The unscored run a fresh server gets before its first level. A server's first requests are slow (kernels
     compiled or tuned per batch shape, caches cold), and without this whichever level comes first, the
     baseline's 1 user, would pay for it and lose to candidates measured on a warm server. A few users at
     once, so more than one batch shape is warm; a seed no level uses, so nothing it caches helps a level."""
-    return replace(plan.workload, users=min(WARMUP_USERS, plan.most_users), turns=WARMUP_TURNS, duration_s=None,
-                   warmup=0, seed=plan.workload.seed - 1_000_003)
+    return replace(setup.workload, users=min(WARMUP_USERS, setup.most_users), turns=WARMUP_TURNS, duration_s=None,
+                   warmup=0, seed=setup.workload.seed - 1_000_003)
 
 
 def figures_of(t: Totals) -> dict[str, float]:
@@ -99,9 +100,9 @@ def figures_of(t: Totals) -> dict[str, float]:
 class CandidateRun:
     """The server of one candidate (started on the first level the cache does not hold) and its levels."""
 
-    def __init__(self, plan: Plan, candidate: Candidate, record: Record, store: Store,
+    def __init__(self, setup: MeasureSetup, candidate: Candidate, record: Record, store: Store,
                  on_level: Callable[[Level], None]) -> None:
-        self.plan, self.candidate, self.record, self.store = plan, candidate, record, store
+        self.setup, self.candidate, self.record, self.store = setup, candidate, record, store
         self.on_level = on_level
         self.server: supervised | None = None
         self.measured = Measured(candidate, "measured")
@@ -116,7 +117,7 @@ class CandidateRun:
             self.measured.status, self.measured.reason = self.record.verdict, self.record.diagnosis
             return self.measured
         try:
-            self.measured.answer = users_at_slo(self.meets, most=self.plan.most_users, rounds=self.plan.rounds)
+            self.measured.answer = users_at_slo(self.meets, most=self.setup.most_users, rounds=self.setup.rounds)
         except CandidateStopped as stop:
             self.measured.status, self.measured.reason = stop.status, stop.reason
             # The baseline's failure to start is not cached: it stops the tune, and is to be fixed, not remembered.
@@ -136,7 +137,7 @@ class CandidateRun:
         if cached is not None:
             self.measured.levels_reused += 1
             return cached.met
-        if self.plan.deadline is not None and time.monotonic() >= self.plan.deadline:
+        if self.setup.deadline is not None and time.monotonic() >= self.setup.deadline:
             raise CandidateStopped("budget", "the --budget ran out before this candidate was fully measured")
         try:
             if self.server is None:
@@ -158,8 +159,8 @@ class CandidateRun:
         return level.met
 
     def start(self) -> None:
-        server = supervised(self.plan.spec, self.plan.profile, self.candidate.sets(), self.plan.environ,
-                            ready_timeout_s=self.plan.ready_timeout_s)
+        server = supervised(self.setup.spec, self.setup.profile, self.candidate.sets(), self.setup.environ,
+                            ready_timeout_s=self.setup.ready_timeout_s)
         try:
             server.__enter__()
         except ServerError as exc:
@@ -172,15 +173,15 @@ class CandidateRun:
         self.server = server
         if server.ready is not None:
             self.measured.rung = dict(server.ready.rung)
-        target = self.plan.target
+        target = self.setup.target
         client = self.client = Server(target.base_url, target.api_key, ca_file=target.ca_file)
-        served = client.served(self.plan.target.model)
+        served = client.served(self.setup.target.model)
         self.model = served.model
-        self.context = self.plan.workload.context or served.max_model_len or 4096
-        check_settings(replace(self.plan.workload, users=1), self.context, served.max_model_len,
-                       runner.tool_tokens(client, served.model, self.plan.workload))
+        self.context = self.setup.workload.context or served.max_model_len or 4096
+        check_settings(replace(self.setup.workload, users=1), self.context, served.max_model_len,
+                       runner.tool_tokens(client, served.model, self.setup.workload))
         self.maker = TextMaker(lambda text: client.count_tokens(served.model, text=text))
-        self.run_workload(replace(warmup_settings(self.plan), context=self.context))
+        self.run_workload(replace(warmup_settings(self.setup), context=self.context))
 
     def check_serving(self, wait: bool = False) -> None:
         """CandidateStopped("died") when the server no longer serves; with `wait`, after watching the
@@ -204,9 +205,9 @@ class CandidateRun:
         return run
 
     def measure(self, round_: int, users: int) -> Level:
-        run = self.run_workload(replace(level_settings(self.plan, round_, users), context=self.context))
+        run = self.run_workload(replace(level_settings(self.setup, round_, users), context=self.context))
         level_totals = totals(run.results, run.duration_s, users)
-        broken = tuple(self.plan.slo.violations(level_totals))
+        broken = tuple(self.setup.slo.violations(level_totals))
         return Level(round_, users, not broken, figures_of(level_totals), broken)
 
     def stop(self) -> None:

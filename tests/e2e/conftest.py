@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from tests.e2e.realvllm import RealLauncher, missing_requirements
-from tests.integration.harness import free_port, poll_for
+from tests.helpers.polling import poll_for
+from tests.helpers.ports import free_port
 
 MISSING = missing_requirements()
 

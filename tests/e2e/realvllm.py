@@ -26,7 +26,8 @@ from typing import Any
 import psutil
 import yaml
 
-from tests.integration.harness import FAKES, ROOT, Launcher, poll_for
+from tests.helpers.polling import poll_for
+from tests.integration.harness import FAKES, ROOT, Launcher
 
 VENV_BIN = ROOT / ".venv" / "bin"
 VLLM = VENV_BIN / "vllm"

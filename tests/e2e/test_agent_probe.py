@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from launcher.run.agentprobe import PROBE_FUNCTION, AgentVerdict, judge, request_body
 from tests.e2e.realvllm import KEY, RealLauncher, profile_text, request
-from tests.integration.harness import free_port
+from tests.helpers.ports import free_port
 
 HERMES = "  enable-auto-tool-choice: true\n  tool-call-parser: hermes\n"
 # What each family writes, as a regex vLLM's structured outputs force the model to write (vLLM 0.32 reads

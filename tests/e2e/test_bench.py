@@ -15,7 +15,8 @@ import pytest
 
 from tests.e2e.conftest import Launches
 from tests.e2e.realvllm import KEY, ROOT, RealLauncher, demo_profile_text
-from tests.integration.harness import free_port, poll_for
+from tests.helpers.polling import poll_for
+from tests.helpers.ports import free_port
 
 # the demo profile serves no tool-call parser: its server refuses the agent tools (a case of its own below)
 SMALL = ["--users", "2", "--turns", "3", "--shared-prefix", "64", "--turn-tokens", "32", "--max-tokens", "8",

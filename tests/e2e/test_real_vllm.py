@@ -29,7 +29,8 @@ from tests.e2e.realvllm import (
     profile_text,
     request,
 )
-from tests.integration.harness import free_port, poll_for
+from tests.helpers.polling import poll_for
+from tests.helpers.ports import free_port
 
 STARTUP_GRACE_S = 5.0  # launcher.run.supervisor.STARTUP_GRACE_S: the grace while vLLM ignores SIGTERM
 ENGINE_INIT_LINE = "Initializing a V1 LLM engine"

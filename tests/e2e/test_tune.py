@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.e2e.realvllm import KEY, ROOT, RealLauncher, profile_text
-from tests.integration.harness import free_port
+from tests.helpers.ports import free_port
 
 SLO = "ttft_p50<=400ms"
 

@@ -8,12 +8,14 @@ from typing import Any
 
 import pytest
 
-from tests.integration.harness import Launcher, free_port, poll_for
+from tests.helpers.polling import poll_for
+from tests.helpers.ports import free_port
+from tests.integration.harness import Launcher
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """How many real healthy logs served on the first launch (tests/integration/test_healthy_replay.py)."""
-    from tests.integration.test_healthy_replay import HEALTHY, SERVED
+    from tests.helpers.replay import HEALTHY, SERVED
 
     if SERVED:
         terminalreporter.write_line(f"healthy replay: {len(SERVED)} of {len(HEALTHY)} real healthy logs, from "

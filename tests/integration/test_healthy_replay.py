@@ -15,14 +15,14 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.corpus import REAL, RealLog, corpus
-from tests.integration.harness import Launcher, free_port
-from tests.integration.test_up import profile
+from tests.corpus import REAL, RealLog
+from tests.helpers.ports import free_port
+from tests.helpers.profiles import tiny_profile as profile
+from tests.helpers.replay import HEALTHY, SERVED
+from tests.integration.harness import Launcher
 
-HEALTHY = [log for log in corpus() if log.expected["class"] == "ok" or log.expected.get("replay") == "serves"]
 GROUP = 4  # daemons at a time
 GROUPS = [HEALTHY[i:i + GROUP] for i in range(0, len(HEALTHY), GROUP)]
-SERVED: dict[str, str] = {}  # file → source, of every log that served on its first launch
 FAST = "  health: {interval: 0.2s, failures: 3, timeout: 1s}\n  restart: {backoff: [0.2s, 1s]}\n"
 
 

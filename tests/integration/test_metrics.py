@@ -8,8 +8,9 @@ from collections.abc import Callable
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.harness import Launcher, free_port
-from tests.integration.test_up import profile, ready
+from tests.helpers.ports import free_port
+from tests.helpers.profiles import tiny_profile as profile
+from tests.integration.harness import Launcher, ready
 
 
 def scrape(port: int) -> dict[str, float]:

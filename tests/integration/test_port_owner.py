@@ -10,8 +10,10 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import ClassVar
 
-from tests.integration.harness import Launcher, poll_for
-from tests.integration.test_up import KEY, profile
+from tests.helpers.polling import poll_for
+from tests.helpers.profiles import KEY
+from tests.helpers.profiles import tiny_profile as profile
+from tests.integration.harness import Launcher
 
 
 class Squatter(http.server.BaseHTTPRequestHandler):

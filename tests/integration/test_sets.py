@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.helpers.profiles import tiny_profile as profile
 from tests.integration.harness import Launcher
-from tests.integration.test_up import profile
 
 
 def test_environment_values_given_with_set_stay_out_of_state_and_status(

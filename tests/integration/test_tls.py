@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import tls
-from tests.integration.harness import Launcher
-from tests.integration.test_up import profile, ready
+from tests.helpers.profiles import tiny_profile as profile
+from tests.integration.harness import Launcher, ready
 
 
 @pytest.mark.parametrize("with_ca", [False, True], ids=["loopback_unverified", "ssl_ca_certs"])

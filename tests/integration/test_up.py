@@ -13,32 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import Launcher, poll_for
-
-KEY = "test-secret-key-0123456789"
-
-
-def profile(port: int, *, extra_vllm: str = "", launcher: str = "", ladder: str = "") -> str:
-    return f"""\
-model: /models/tiny
-vllm:
-  host: 127.0.0.1
-  port: {port}
-  served-model-name: tiny
-  max-model-len: 2048
-{extra_vllm}api_key: {{env: VLLM_API_KEY}}
-launcher:
-  device: cpu
-  log_file: vllm.log
-  stop_grace: 5s
-  startup_stall: 60s
-{launcher}  ladder:
-    min_model_len: 1024
-{ladder}"""
-
-
-def ready(launcher: Launcher, timeout: float = 30) -> dict:
-    return launcher.wait_event("ready", timeout)
+from tests.helpers.polling import poll_for
+from tests.helpers.profiles import KEY
+from tests.helpers.profiles import tiny_profile as profile
+from tests.integration.harness import Launcher, ready
 
 
 class TestReady:

@@ -16,10 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.helpers.layers import LAYERS, PACKAGE
 
-PACKAGE = ROOT / "launcher"
-LAYERS = {"ground": 0, "config": 1, "gpu": 1, "vllm": 2, "plan": 3, "run": 4, "deploy": 4, "observe": 5, "bench": 5,
-          "tune": 6, "cli": 7}
 MAX_LINES = 400
 
 

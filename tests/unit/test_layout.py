@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from tests.conftest import ROOT
-from tests.unit.test_architecture import LAYERS, PACKAGE
+from tests.helpers.layers import LAYERS, PACKAGE
 
 NAME = re.compile(r"^(\w+\.py|\w+/)$")
 

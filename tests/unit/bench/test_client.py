@@ -6,62 +6,14 @@ from __future__ import annotations
 import io
 import json
 import threading
-import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 
 from launcher.bench.client import TOOLS_REFUSED, Server, ServerError
-from tests.integration.harness import free_port
-
-KEY = "k-123"
-# (delay before the chunk, the chunk): a role chunk, three tokens 50 ms apart, then usage.
-STREAM = [(0.10, {"choices": [{"delta": {"role": "assistant", "content": ""}}]}),
-          (0.00, {"choices": [{"delta": {"content": "a"}}]}),
-          (0.05, {"choices": [{"delta": {"content": "b"}}]}),
-          (0.05, {"choices": [{"delta": {"content": "c"}}]}),
-          (0.00, {"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 3,
-                                           "prompt_tokens_details": {"cached_tokens": 8}}})]
-
-
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def send(self, status: int, body: object) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        if self.headers.get("Authorization") != f"Bearer {KEY}":
-            return self.send(401, {"error": "Unauthorized"})
-        if self.path == "/v1/models":
-            return self.send(200, {"data": [{"id": "tiny", "max_model_len": 2048}]})
-        return self.send(404, {})
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if self.path == "/tokenize":
-            text = body.get("prompt") or " ".join(m["content"] for m in body["messages"])
-            return self.send(200, {"count": len(text.split())})
-        assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        for delay, chunk in [*STREAM, (0.0, "[DONE]")]:
-            time.sleep(delay)
-            data = f"data: {chunk if isinstance(chunk, str) else json.dumps(chunk)}\n\n".encode()
-            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-            self.wfile.flush()
-        self.wfile.write(b"0\r\n\r\n")
-        return None
+from tests.helpers.openai_server import KEY, Handler
+from tests.helpers.ports import free_port
 
 
 @pytest.fixture
@@ -118,7 +70,7 @@ class Recorder(Handler):
     """Records every POST body; answers a chat with tools 400 as vLLM 0.32 does without auto tool choice when
     the server's `refuse_tools` is set."""
 
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
         length = int(self.headers["Content-Length"])
         raw = self.rfile.read(length)
         body = json.loads(raw)

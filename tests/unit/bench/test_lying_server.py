@@ -23,8 +23,8 @@ from launcher.bench.client import Server, ServerError
 from launcher.bench.workload import Settings
 from tests.fakes import trickle
 from tests.fakes.trickle import Trickle
-from tests.integration.harness import free_port
-from tests.unit.bench.test_client import KEY, Handler
+from tests.helpers.openai_server import KEY, Handler
+from tests.helpers.ports import free_port
 
 ENDLESS_S = 20.0
 ROLE = {"choices": [{"delta": {"role": "assistant", "content": ""}}]}

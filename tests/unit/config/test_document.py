@@ -14,37 +14,24 @@ from hypothesis import strategies as st
 from launcher import cli
 from launcher.config.load import load, loads
 from launcher.errors import EX_CONFIG, ProfileError
+from tests.helpers.profiles import bomb, write_profile
 
 HEAD = b"model: Org/Model\nvllm:\n  host: 127.0.0.1\n"
 
 
-def bomb(levels: int, width: int = 9) -> str:
-    """Anchors under nodes:, each level `width` aliases of the one before: width**levels values, a few
-    hundred bytes."""
-    lines = ["model: Org/Model", "vllm: {host: 127.0.0.1}", "nodes:", f"  l0: &l0 [{', '.join(['x'] * width)}]"]
-    lines += [f"  l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * width)}]" for n in range(1, levels)]
-    return "\n".join(lines) + "\n"
-
-
-def write(tmp_path: Path, data: bytes) -> Path:
-    path = tmp_path / "p.yaml"
-    path.write_bytes(data)
-    return path
-
-
 class TestBytes:
     def test_a_latin1_byte_names_the_file_line_and_offset(self, tmp_path: Path) -> None:
-        path = write(tmp_path, HEAD + b"# r\xe9sum\xe9\n")
+        path = write_profile(tmp_path, HEAD + b"# r\xe9sum\xe9\n")
         with pytest.raises(ProfileError) as caught:
             load(path)
         offset = len(HEAD) + 3
         assert f"{path}:4: byte 0xe9 at offset {offset} is not UTF-8; save the file as UTF-8" in str(caught.value)
 
     def test_a_bom_is_not_an_error(self, tmp_path: Path) -> None:
-        assert "Org/Model" == load(write(tmp_path, b"\xef\xbb\xbf" + HEAD)).model
+        assert "Org/Model" == load(write_profile(tmp_path, b"\xef\xbb\xbf" + HEAD)).model
 
     def test_a_file_over_the_size_limit_is_refused_unread(self, tmp_path: Path) -> None:
-        path = write(tmp_path, HEAD + b"#" * 1024 * 1024)
+        path = write_profile(tmp_path, HEAD + b"#" * 1024 * 1024)
         with pytest.raises(ProfileError, match="larger than 1024 KiB"):
             load(path)
 
@@ -85,7 +72,7 @@ class TestBytes:
 def test_every_command_that_reads_a_profile_says_78_in_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: list[str]) -> None:
     """The same guarded read behind plan, preflight, up, render and diagnose (container mode: test_container)."""
-    path = write(tmp_path, HEAD + b"# r\xe9sum\xe9\n")
+    path = write_profile(tmp_path, HEAD + b"# r\xe9sum\xe9\n")
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     where = {"render": 2, "diagnose": 3}.get(command[0], 1)
     argv = [*command[:where], str(path), *command[where:]]

@@ -13,16 +13,12 @@ from structlog.testing import capture_logs
 
 from launcher.config import flags
 from launcher.config.load import loads
-from launcher.config.profile import Profile
 from launcher.errors import EX_CONFIG, ProfileError
 from launcher.vllm import command, install
 from tests.conftest import DATA
+from tests.helpers.profiles import load_profile
 
 HELP = (DATA / "help" / "serve_help_all-0.32.0.txt").read_text()
-
-
-def prof(extra: str) -> Profile:
-    return loads(f"model: /m\nvllm:\n  host: 127.0.0.1\n{extra}", source="p.yaml")
 
 
 class TestCatalog:
@@ -53,17 +49,17 @@ class TestCheck:
     def test_unknown_flags_name_the_closest(self, extra: str, words: str) -> None:
         """An unknown or removed flag is a one-line profile error with the closest name."""
         with pytest.raises(ProfileError) as caught:
-            flags.check_profile_flags(prof(extra), flags.shipped_catalog())
+            flags.check_profile_flags(load_profile(vllm=extra), flags.shipped_catalog())
         assert words in str(caught.value)
         assert str(caught.value).startswith("p.yaml:4: vllm.")
 
     def test_known_flags_pass(self) -> None:
-        flags.check_profile_flags(prof("  enforce-eager: true\n  no-enable-prefix-caching: true\n"),
+        flags.check_profile_flags(load_profile(vllm="  enforce-eager: true\n  no-enable-prefix-caching: true\n"),
                                   flags.shipped_catalog())
 
     def test_tool_parser_plugin_allows_other_names(self) -> None:
         """With a parser plugin, vLLM accepts names outside its built-in list."""
-        flags.check_profile_flags(prof("  tool-parser-plugin: /p.py\n  tool-call-parser: mine\n"),
+        flags.check_profile_flags(load_profile(vllm="  tool-parser-plugin: /p.py\n  tool-call-parser: mine\n"),
                                   flags.shipped_catalog())
 
 
@@ -120,7 +116,7 @@ class TestNothingBecomesAFlag:
         assert f" {key}: " in str(caught.value) and EX_CONFIG == caught.value.exit_code
 
     def test_negative_numbers_are_values(self) -> None:
-        profile = prof("  seed: -1\n  tokenizer-revision: '-2.5'\n")
+        profile = load_profile(vllm="  seed: -1\n  tokenizer-revision: '-2.5'\n")
         argv = command.build_plan(profile, catalog=flags.shipped_catalog()).argv
         assert ["--seed", "-1"] == list(argv[argv.index("--seed"):][:2])
 
@@ -132,10 +128,10 @@ class TestNothingBecomesAFlag:
     ])
     def test_words_the_flag_does_not_take_are_refused(self, extra: str, words: str) -> None:
         with pytest.raises(ProfileError, match=words):
-            flags.check_profile_flags(prof(extra), flags.shipped_catalog())
+            flags.check_profile_flags(load_profile(vllm=extra), flags.shipped_catalog())
 
     def test_a_list_becomes_the_values_of_a_flag_that_takes_several(self) -> None:
-        profile = prof("  served-model-name: [tiny, tiny-alias]\n")
+        profile = load_profile(vllm="  served-model-name: [tiny, tiny-alias]\n")
         catalog = flags.shipped_catalog()
         flags.check_profile_flags(profile, catalog)
         argv = list(command.build_plan(profile, catalog=catalog).argv)

@@ -12,7 +12,7 @@ from launcher.config.load import loads, without_env_values
 from launcher.config.spawnable import MAX_ARG_STRLEN
 from launcher.errors import EX_CONFIG, ConfigError, ProfileError
 from launcher.vllm import command
-from tests.unit.config.test_nodes import TWO
+from tests.helpers.profiles import TWO_NODES as TWO
 
 BASE = "model: a\nvllm:\n  host: 127.0.0.1\n"
 LONG = "x" * MAX_ARG_STRLEN

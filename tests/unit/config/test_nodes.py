@@ -8,14 +8,7 @@ from launcher.config import nodes
 from launcher.config.load import loads
 from launcher.errors import ConfigError, ProfileError
 from launcher.vllm import command
-
-TWO = """\
-model: meta-llama/Llama-3.1-70B-Instruct
-vllm: {host: 0.0.0.0, port: 8000, tensor-parallel-size: 4, pipeline-parallel-size: 2,
-       served-model-name: llama, enable-auto-tool-choice: true, tool-call-parser: llama3_json}
-api_key: {env: VLLM_API_KEY}
-nodes: {count: 2, master_addr: 10.0.0.1, master_port: 29600}
-"""
+from tests.helpers.profiles import TWO_NODES as TWO
 
 
 def where(text: str = TWO, rank: int | None = None, environ: dict[str, str] | None = None) -> nodes.Placement:

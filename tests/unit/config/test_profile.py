@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ from launcher.config import profile
 from launcher.config.load import load
 from launcher.errors import EX_CONFIG, ProfileError
 from tests.conftest import CONFIGS
+from tests.helpers.profiles import write_profile
 
 GOOD = """\
 model: Org/Model
@@ -19,12 +19,6 @@ vllm:
   port: 8123
   max_model_len: 4096
 """
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "p.yaml"
-    path.write_text(textwrap.dedent(text))
-    return path
 
 
 class TestLoading:
@@ -42,12 +36,12 @@ class TestLoading:
 
     def test_snake_case_flags_become_kebab(self, tmp_path: Path) -> None:
         """`max_model_len` and `max-model-len` are the same flag."""
-        p = load(write(tmp_path, GOOD))
+        p = load(write_profile(tmp_path, GOOD))
         assert {"host": "127.0.0.1", "port": 8123, "max-model-len": 4096} == dict(p.vllm)
 
     def test_set_overrides_any_key(self, tmp_path: Path) -> None:
         """--set reaches flags, launcher keys and env, and values are typed like YAML."""
-        p = load(write(tmp_path, GOOD), sets=["vllm.max-model-len=2048", "launcher.ladder.min_model_len=1024",
+        p = load(write_profile(tmp_path, GOOD), sets=["vllm.max-model-len=2048", "launcher.ladder.min_model_len=1024",
                                                        "env.OMP_NUM_THREADS=2", "vllm.enforce-eager=true"])
         assert 2048 == p.max_model_len
         assert 1024 == p.launcher.ladder.min_model_len
@@ -56,14 +50,14 @@ class TestLoading:
 
     def test_first_rung_is_the_starting_utilization(self, tmp_path: Path) -> None:
         """With ladder rungs and no utilization flag, the first rung is passed to vLLM."""
-        p = load(write(tmp_path, GOOD + "launcher:\n  ladder:\n    gpu_memory_utilization: [0.9, 0.8]\n"))
+        p = load(write_profile(tmp_path, GOOD + "launcher:\n  ladder:\n    gpu_memory_utilization: [0.9, 0.8]\n"))
         assert 0.9 == p.utilization
 
     def test_digest_follows_content(self, tmp_path: Path) -> None:
         """Two equal profiles share a digest; a changed flag changes it."""
-        a = load(write(tmp_path, GOOD))
-        b = load(write(tmp_path, GOOD), sets=["vllm.port=9000"])
-        assert a.digest == load(write(tmp_path, GOOD)).digest
+        a = load(write_profile(tmp_path, GOOD))
+        b = load(write_profile(tmp_path, GOOD), sets=["vllm.port=9000"])
+        assert a.digest == load(write_profile(tmp_path, GOOD)).digest
         assert a.digest != b.digest
 
     @pytest.mark.parametrize(("text", "expected"), [
@@ -133,7 +127,7 @@ class TestBadInput:
 
     def test_line_number_points_at_the_key(self, tmp_path: Path) -> None:
         """The error names the line where the bad key is written."""
-        path = write(tmp_path, "model: a\nvllm:\n  host: 127.0.0.1\n  gpu-memory-utilization: 2\n")
+        path = write_profile(tmp_path, "model: a\nvllm:\n  host: 127.0.0.1\n  gpu-memory-utilization: 2\n")
         with pytest.raises(ProfileError) as caught:
             load(path)
         assert 4 == caught.value.line
@@ -142,12 +136,12 @@ class TestBadInput:
     def test_bad_set_names_the_flag(self, tmp_path: Path) -> None:
         """A bad --set value is reported against --set, not the file."""
         with pytest.raises(ProfileError) as caught:
-            load(write(tmp_path, GOOD), sets=["vllm.gpu-memory-utilization=7"])
+            load(write_profile(tmp_path, GOOD), sets=["vllm.gpu-memory-utilization=7"])
         assert str(caught.value).startswith("--set: vllm.gpu-memory-utilization:")
 
     def test_set_without_equals_is_refused(self, tmp_path: Path) -> None:
         with pytest.raises(ProfileError, match="KEY=VALUE"):
-            load(write(tmp_path, GOOD), sets=["vllm.port"])
+            load(write_profile(tmp_path, GOOD), sets=["vllm.port"])
 
     def test_missing_file(self, tmp_path: Path) -> None:
         with pytest.raises(ProfileError, match="no such profile"):
@@ -155,5 +149,5 @@ class TestBadInput:
 
     def test_allow_unauthenticated_permits_open_host(self, tmp_path: Path) -> None:
         """An explicit allow_unauthenticated: true lets a public bind go without a key."""
-        p = load(write(tmp_path, "model: a\nvllm: {host: 0.0.0.0}\nallow_unauthenticated: true\n"))
+        p = load(write_profile(tmp_path, "model: a\nvllm: {host: 0.0.0.0}\nallow_unauthenticated: true\n"))
         assert p.host == "0.0.0.0"

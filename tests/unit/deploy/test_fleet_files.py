@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from launcher.config.profile import MetricsSettings
 from launcher.run.metrics import Exporter
 from tests.conftest import ROOT
-from tests.unit.run.test_metrics import served_state
+from tests.helpers.state import served_state
 
 DASHBOARD = ROOT / "deploy" / "grafana" / "vllm-launch.json"
 RULES = ROOT / "deploy" / "prometheus" / "vllm-launch-rules.yml"

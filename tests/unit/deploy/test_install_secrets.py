@@ -14,10 +14,12 @@ import pytest
 
 from launcher.deploy import invoker
 from launcher.deploy.install import main
+from tests.helpers.profiles import write_profile
 
 AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another uid needs root")
 NOBODY = {"SUDO_UID": "65534", "SUDO_GID": "65534"}
 VALUE = "root-only-secret-8c1d"
+LOCAL = "model: Qwen/Qwen3-0.6B\nvllm: {{host: 127.0.0.1, port: 8001}}\napi_key: {{file: {secret}}}\n"
 
 
 @pytest.fixture
@@ -31,18 +33,13 @@ def secret() -> Iterator[Path]:
         yield path
 
 
-def profile(tmp_path: Path, secret: Path) -> Path:
-    path = tmp_path / "local.yaml"
-    path.write_text(f"model: Qwen/Qwen3-0.6B\nvllm: {{host: 127.0.0.1, port: 8001}}\napi_key: {{file: {secret}}}\n")
-    return path
-
-
 @AS_ROOT
 def test_a_secret_the_user_who_ran_sudo_cannot_read_is_refused(tmp_path: Path, secret: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "root"
     root.mkdir()
-    code = main([str(profile(tmp_path, secret)), "--root", str(root), "--no-venv"], environ=NOBODY)
+    code = main([str(write_profile(tmp_path, LOCAL.format(secret=secret), name="local")), "--root", str(root), "--no-venv"],
+                environ=NOBODY)
     err = capsys.readouterr().err
     assert code == 78 and list(root.iterdir()) == []
     assert len(err.strip().splitlines()) == 1
@@ -52,11 +49,11 @@ def test_a_secret_the_user_who_ran_sudo_cannot_read_is_refused(tmp_path: Path, s
 @AS_ROOT
 def test_the_dry_run_names_where_each_secret_comes_from(tmp_path: Path, secret: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    assert 0 == main([str(profile(tmp_path, secret)), "--dry-run"], environ=NOBODY)
+    assert 0 == main([str(write_profile(tmp_path, LOCAL.format(secret=secret), name="local")), "--dry-run"], environ=NOBODY)
     captured = capsys.readouterr()
     assert "a real install would stop here: api_key: cannot read" in captured.err
     secret.chmod(0o644)  # now nobody may read it: the install goes on with it
-    assert 0 == main([str(profile(tmp_path, secret)), "--dry-run"], environ=NOBODY)
+    assert 0 == main([str(write_profile(tmp_path, LOCAL.format(secret=secret), name="local")), "--dry-run"], environ=NOBODY)
     captured = capsys.readouterr()
     assert f"# the secret from {secret} (read with the rights of uid 65534, who ran sudo), not shown" in captured.out
     assert VALUE not in captured.out + captured.err and "would stop" not in captured.err

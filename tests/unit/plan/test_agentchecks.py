@@ -6,15 +6,13 @@ import json
 from typing import Any
 
 import pytest
-import yaml
 
 from launcher import cli
-from launcher.config.load import loads
-from launcher.config.profile import Profile
 from launcher.plan.agentchecks import agent_problems
 from launcher.plan.agentfacts import AgentFacts, ChatTemplate
 from launcher.plan.problems import ERROR, WARNING, Severity
 from tests.conftest import CONFIGS, DATA
+from tests.helpers.profiles import load_profile
 
 CODER = "Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8"
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
@@ -25,10 +23,6 @@ TOOLS = {"enable-auto-tool-choice": True}
 QWEN3_CONFIG = {"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"]}
 
 
-def profile(model: str, flags: dict[str, Any]) -> Profile:
-    return loads(yaml.safe_dump({"model": model, "vllm": {"host": "127.0.0.1", **flags}}))
-
-
 def facts(config: dict[str, Any] | None = None, template: str | None = None, renders: bool = True,
           version: str = "0.32.0", choices: tuple[str, ...] | None = None) -> AgentFacts:
     chat = ChatTemplate("tokenizer_config.json", template, renders) if template is not None else None
@@ -37,7 +31,7 @@ def facts(config: dict[str, Any] | None = None, template: str | None = None, ren
 
 def found(model: str, flags: dict[str, Any], agent: AgentFacts | None = None) -> list[tuple[str, Severity, str]]:
     """(code, severity, fix) of every problem."""
-    return [(p.code, p.severity, p.fix) for p in agent_problems(profile(model, flags), agent or facts())]
+    return [(p.code, p.severity, p.fix) for p in agent_problems(load_profile(model=model, vllm=flags), agent or facts())]
 
 
 CASES = [
@@ -93,13 +87,13 @@ def test_agent_checks(model: str, flags: dict[str, Any], agent: AgentFacts | Non
 
 def test_the_mismatch_names_the_markup_each_parser_reads() -> None:
     """The message says what the model writes, so the operator sees why the calls would come back as text."""
-    (problem,) = agent_problems(profile(CODER, {**TOOLS, "tool-call-parser": "hermes"}), facts())
+    (problem,) = agent_problems(load_profile(model=CODER, vllm={**TOOLS, "tool-call-parser": "hermes"}), facts())
     assert "Qwen3-Coder" in problem.message
     assert "<function=" in problem.message
 
 
 def test_an_unknown_reasoning_parser_lists_the_valid_ones() -> None:
-    (problem,) = agent_problems(profile(QWEN3, {"reasoning-parser": "qwen4"}), facts())
+    (problem,) = agent_problems(load_profile(model=QWEN3, vllm={"reasoning-parser": "qwen4"}), facts())
     assert "deepseek_r1" in problem.fix
     assert "openai_gptoss" in problem.fix
 

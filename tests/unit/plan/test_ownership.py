@@ -12,7 +12,8 @@ import pytest
 from launcher.plan.hostfacts import HostFacts
 from launcher.plan.ownership import IN_OUR_TREE, IN_OUR_UNIT, cgroup_of, local_vllm, unit_cgroup
 from launcher.plan.preflight import evaluate
-from tests.unit.plan.test_preflight import V32, inventory, problem, profile
+from tests.helpers.preflight import V32, inventory, problem
+from tests.helpers.profiles import guide_profile as profile
 
 OWN_PID = 42
 

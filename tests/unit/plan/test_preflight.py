@@ -12,8 +12,6 @@ import pytest
 import yaml
 
 from launcher import cli
-from launcher.config.load import loads
-from launcher.config.profile import Profile
 from launcher.gpu.catalog import GPU_TABLE, GpuModel, GpuSpec, parse_gpu_spec
 from launcher.gpu.inventory import GpuDevice, GpuInventory
 from launcher.gpu.inventory_file import FakeProbe
@@ -22,35 +20,23 @@ from launcher.plan.capacity import CapacityPlan
 from launcher.plan.hostfacts import HostFacts, host_facts, torch_cuda
 from launcher.plan.ownership import LocalProcess
 from launcher.plan.preflight import evaluate, fitting_utilization, lower_rung_that_fits
-from launcher.plan.problems import PreflightResult, Problem
+from launcher.plan.problems import PreflightResult
 from launcher.plan.render import preflight_text
 from launcher.plan.report import run_preflight
 from launcher.vllm.versions import semantics
 from tests.conftest import CONFIGS, DATA, ROOT
+from tests.helpers.preflight import V32, inventory, problem
+from tests.helpers.profiles import GUIDE_MODEL as MODEL
+from tests.helpers.profiles import guide_profile as profile
 
 GIB = 1024**3
 MIB = 1024**2
 INVENTORIES = DATA / "inventories"
-MODEL = "Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8"
-V32 = semantics("0.32.0")
 L40S_CUDA_TOTAL = int(46068 * MIB * 0.987)
 
 # What preflight reports of the processes on this machine (another test run's vLLM, ours left over): facts of
 # the box the suite runs on, not of the case under test.
 MACHINE_PROCESSES = ("leftover_processes", "vllm_processes_not_ours")
-
-
-def profile(flags: dict[str, Any] | None = None, ladder: dict[str, Any] | None = None, **top: Any) -> Profile:
-    """The Qwen3-Coder L40S guide profile on loopback; `flags`/`ladder` change it, a None value removes a flag."""
-    vllm = {"host": "127.0.0.1", "max-model-len": 65536, "gpu-memory-utilization": 0.92, "kv-cache-dtype": "fp8"}
-    vllm.update(flags or {})
-    vllm = {k: v for k, v in vllm.items() if v is not None}
-    launcher = {"ladder": {"gpu_memory_utilization": [0.92, 0.88], **(ladder or {})}, **top.pop("launcher", {})}
-    return loads(yaml.safe_dump({"model": top.pop("model", MODEL), "vllm": vllm, "launcher": launcher, **top}))
-
-
-def inventory(name: str, environ: dict[str, str] | None = None) -> GpuInventory:
-    return FakeProbe(INVENTORIES / name, environ or {}).read()
 
 
 def cap(weights: int = 30 * GIB, budget: int = int(0.92 * L40S_CUDA_TOTAL), per_token: int = 49152,
@@ -72,10 +58,6 @@ LEFTOVER = LocalProcess(4343, "VLLM::EngineCore", "in our own process tree")
 
 def found(result: PreflightResult) -> list[tuple[str, str]]:
     return sorted((p.code, p.severity) for p in result.problems)
-
-
-def problem(result: PreflightResult, code: str) -> Problem:
-    return next(p for p in result.problems if p.code == code)
 
 
 # --------------------------------------------------------------------------- the checks, as a table

@@ -18,7 +18,8 @@ from structlog.testing import capture_logs
 
 from launcher.errors import Outcome, UsageError
 from launcher.run import container, daemon
-from tests.integration.harness import free_port, poll_for
+from tests.helpers.polling import poll_for
+from tests.helpers.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 

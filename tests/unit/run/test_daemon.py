@@ -18,7 +18,7 @@ from launcher.run import daemon, prelaunch, reload
 from launcher.run.session import Installed, RunConfig, Session
 from launcher.run.state import StateStore
 from launcher.vllm.versions import semantics
-from tests.unit.config.test_document import bomb
+from tests.helpers.profiles import bomb
 
 
 def test_an_earlier_runs_processes_stay_on_record_until_they_are_stopped(

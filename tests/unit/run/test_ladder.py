@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 
 from launcher.config import profile
-from launcher.config.load import loads
 from launcher.errors import LauncherError
 from launcher.run import ladder
 from launcher.vllm.diagnose import Diagnosis
 from launcher.vllm.versions import semantics
+from tests.helpers.profiles import load_profile
 
 V33 = semantics("0.33.0")
 V11 = semantics("0.11.0")
@@ -30,38 +30,34 @@ launcher:
 """
 
 
-def prof(text: str = BASE, **sets: Any) -> profile.Profile:
-    return loads(text, sets=[f"{k}={v}" for k, v in sets.items()])
-
-
 def diag(cls: str, reason: str | None = None, **numbers: Any) -> Diagnosis:
     return Diagnosis(cls, reason, f"{cls} root cause", numbers)
 
 
 # (profile, current overrides, diagnosis, version, expected new overrides)
 STEPS: list[tuple[profile.Profile, dict[str, Any], Diagnosis, Any, dict[str, Any]]] = [
-    (prof(), {}, diag("startup_memory", free_gib=42.0, total_gib=44.4), V33, {"gpu-memory-utilization": 0.88}),
-    (prof(), {}, diag("startup_memory", free_gib=38.0, total_gib=44.4), V33, {"gpu-memory-utilization": 0.8}),
-    (prof(), {}, diag("startup_memory"), V33, {"gpu-memory-utilization": 0.88}),
-    (prof(), {"gpu-memory-utilization": 0.88}, diag("startup_memory"), V33, {"gpu-memory-utilization": 0.8}),
-    (prof(), {}, diag("fp8_unsupported"), V11, {"kv-cache-dtype": "auto"}),
-    (prof(), {}, diag("kv_insufficient", estimated_max_model_len=8064, max_model_len=32768), V33,
+    (load_profile(BASE), {}, diag("startup_memory", free_gib=42.0, total_gib=44.4), V33, {"gpu-memory-utilization": 0.88}),
+    (load_profile(BASE), {}, diag("startup_memory", free_gib=38.0, total_gib=44.4), V33, {"gpu-memory-utilization": 0.8}),
+    (load_profile(BASE), {}, diag("startup_memory"), V33, {"gpu-memory-utilization": 0.88}),
+    (load_profile(BASE), {"gpu-memory-utilization": 0.88}, diag("startup_memory"), V33, {"gpu-memory-utilization": 0.8}),
+    (load_profile(BASE), {}, diag("fp8_unsupported"), V11, {"kv-cache-dtype": "auto"}),
+    (load_profile(BASE), {}, diag("kv_insufficient", estimated_max_model_len=8064, max_model_len=32768), V33,
      {"max-model-len": 8064}),
-    (prof(), {}, diag("kv_insufficient", estimated_max_model_len=8070), V33, {"max-model-len": 8064}),
-    (prof(BASE.replace("max-model-len: 32768", "max-model-len: 32768\n  block-size: 32")), {},
+    (load_profile(BASE), {}, diag("kv_insufficient", estimated_max_model_len=8070), V33, {"max-model-len": 8064}),
+    (load_profile(BASE.replace("max-model-len: 32768", "max-model-len: 32768\n  block-size: 32")), {},
      diag("kv_insufficient", estimated_max_model_len=8070), V33, {"max-model-len": 8064}),
-    (prof(**{"launcher.require.min_sessions": 2}), {},
+    (load_profile(BASE, sets={"launcher.require.min_sessions": 2}), {},
      diag("kv_insufficient", "below_min_sessions", kv_tokens=40000), V33, {"max-model-len": 20000}),
-    (prof(), {"gpu-memory-utilization": 0.88}, diag("no_cache_blocks"), V33, {"gpu-memory-utilization": 0.92}),
-    (prof(), {}, diag("no_cache_blocks"), V33, {"enforce-eager": True}),
-    (prof(), {"enforce-eager": True}, diag("no_cache_blocks"), V33,
+    (load_profile(BASE), {"gpu-memory-utilization": 0.88}, diag("no_cache_blocks"), V33, {"gpu-memory-utilization": 0.92}),
+    (load_profile(BASE), {}, diag("no_cache_blocks"), V33, {"enforce-eager": True}),
+    (load_profile(BASE), {"enforce-eager": True}, diag("no_cache_blocks"), V33,
      {"enforce-eager": True, "max-num-batched-tokens": 1024}),
-    (prof(), {}, diag("no_cache_blocks"), V11, {"max-num-batched-tokens": 1024}),
-    (prof(), {"max-model-len": 8064}, diag("engine_dead"), V33, {"max-model-len": 8064}),
-    (prof(), {}, diag("unknown"), V33, {}),
-    (prof(), {"max-model-len": 8064}, diag("compile_cache"), V33, {"max-model-len": 8064}),
-    (prof(), {}, diag("distributed_init"), V33, {}),
-    (prof("model: /m\nvllm: {host: 127.0.0.1, gpu-memory-utilization: 0.9}\nlauncher: {device: cpu, ladder: "
+    (load_profile(BASE), {}, diag("no_cache_blocks"), V11, {"max-num-batched-tokens": 1024}),
+    (load_profile(BASE), {"max-model-len": 8064}, diag("engine_dead"), V33, {"max-model-len": 8064}),
+    (load_profile(BASE), {}, diag("unknown"), V33, {}),
+    (load_profile(BASE), {"max-model-len": 8064}, diag("compile_cache"), V33, {"max-model-len": 8064}),
+    (load_profile(BASE), {}, diag("distributed_init"), V33, {}),
+    (load_profile("model: /m\nvllm: {host: 127.0.0.1, gpu-memory-utilization: 0.9}\nlauncher: {device: cpu, ladder: "
           "{gpu_memory_utilization: [0.9, 0.7]}}\n"), {}, diag("startup_memory", "host_oom_killer"), V33,
      {"gpu-memory-utilization": 0.7}),
 ]
@@ -79,39 +75,39 @@ class TestSteps:
 
     def test_no_cache_blocks_never_lowers_utilization(self) -> None:
         """Lower utilization shrinks the budget that weights already fill: never the remedy."""
-        step = ladder.next_step(prof(), {}, diag("no_cache_blocks"), version=V33)
+        step = ladder.next_step(load_profile(BASE), {}, diag("no_cache_blocks"), version=V33)
         assert "gpu-memory-utilization" not in step.overrides
 
     def test_higher_rung_needs_free_memory(self) -> None:
         """A higher rung is taken only if the device has that much free."""
-        step = ladder.next_step(prof(), {"gpu-memory-utilization": 0.8}, diag("no_cache_blocks"), version=V33,
+        step = ladder.next_step(load_profile(BASE), {"gpu-memory-utilization": 0.8}, diag("no_cache_blocks"), version=V33,
                                 free_fraction=0.9)
         assert 0.88 == step.overrides["gpu-memory-utilization"]
-        step = ladder.next_step(prof(), {"gpu-memory-utilization": 0.8}, diag("no_cache_blocks"), version=V33,
+        step = ladder.next_step(load_profile(BASE), {"gpu-memory-utilization": 0.8}, diag("no_cache_blocks"), version=V33,
                                 free_fraction=0.85)
         assert {"gpu-memory-utilization": 0.8, "enforce-eager": True} == dict(step.overrides)
 
 
 # (profile, overrides, diagnosis, exit code, words)
 STOPS: list[tuple[profile.Profile, dict[str, Any], Diagnosis, int, str]] = [
-    (prof(), {}, diag("config", "tool_parser", tool_parser="nosuch", valid_tool_parsers=["hermes", "qwen3_coder"]),
+    (load_profile(BASE), {}, diag("config", "tool_parser", tool_parser="nosuch", valid_tool_parsers=["hermes", "qwen3_coder"]),
      78, "one of: hermes, qwen3_coder"),
-    (prof(), {}, diag("config", "port_in_use"), 78, "port"),
-    (prof(), {}, diag("config", "max_model_len_above_model", max_model_len=8192, derived_max_model_len=4096), 78,
+    (load_profile(BASE), {}, diag("config", "port_in_use"), 78, "port"),
+    (load_profile(BASE), {}, diag("config", "max_model_len_above_model", max_model_len=8192, derived_max_model_len=4096), 78,
      "at most that"),
-    (prof(), {}, diag("startup_memory", free_gib=10.5, total_gib=139.8), 75, "at most 0.07"),
-    (prof(), {"gpu-memory-utilization": 0.8}, diag("startup_memory"), 75, "rungs are [0.92, 0.88, 0.8]"),
-    (prof("model: /m\nvllm: {host: 127.0.0.1}\n"), {}, diag("startup_memory"), 75, "allows no other utilization"),
-    (prof(**{"launcher.ladder.drop_fp8_kv_if_unsupported": "false"}), {}, diag("fp8_unsupported"), 78,
+    (load_profile(BASE), {}, diag("startup_memory", free_gib=10.5, total_gib=139.8), 75, "at most 0.07"),
+    (load_profile(BASE), {"gpu-memory-utilization": 0.8}, diag("startup_memory"), 75, "rungs are [0.92, 0.88, 0.8]"),
+    (load_profile("model: /m\nvllm: {host: 127.0.0.1}\n"), {}, diag("startup_memory"), 75, "allows no other utilization"),
+    (load_profile(BASE, sets={"launcher.ladder.drop_fp8_kv_if_unsupported": "false"}), {}, diag("fp8_unsupported"), 78,
      "drop_fp8_kv_if_unsupported"),
-    (prof(), {}, diag("kv_insufficient", estimated_max_model_len=1920, needed_gib=4.0, available_kv_gib=0.2), 78,
+    (load_profile(BASE), {}, diag("kv_insufficient", estimated_max_model_len=1920, needed_gib=4.0, available_kv_gib=0.2), 78,
      "below launcher.ladder.min_model_len 4096"),
-    (prof("model: /m\nvllm: {host: 127.0.0.1, max-model-len: 32768}\n"), {},
+    (load_profile("model: /m\nvllm: {host: 127.0.0.1, max-model-len: 32768}\n"), {},
      diag("kv_insufficient", estimated_max_model_len=8064), 78, "does not allow cutting the context"),
-    (prof(), {"enforce-eager": True, "max-num-batched-tokens": 1024}, diag("no_cache_blocks"), 78,
+    (load_profile(BASE), {"enforce-eager": True, "max-num-batched-tokens": 1024}, diag("no_cache_blocks"), 78,
      "quantized weights"),
-    (prof(), {}, diag("config", "missing_dependency", package="torchvision"), 78, "pip install torchvision"),
-    (prof(), {}, diag("startup_memory", "host_oom_killer"), 75, "does not shrink host memory"),
+    (load_profile(BASE), {}, diag("config", "missing_dependency", package="torchvision"), 78, "pip install torchvision"),
+    (load_profile(BASE), {}, diag("startup_memory", "host_oom_killer"), 75, "does not shrink host memory"),
 ]
 
 
@@ -127,7 +123,7 @@ class TestStops:
 
     def test_a_change_already_tried_is_exhausted(self) -> None:
         with pytest.raises(ladder.Exhausted, match="already tried"):
-            ladder.next_step(prof(), {}, diag("fp8_unsupported"), version=V11, tried=[{"kv-cache-dtype": "auto"}])
+            ladder.next_step(load_profile(BASE), {}, diag("fp8_unsupported"), version=V11, tried=[{"kv-cache-dtype": "auto"}])
 
 
 class TestRemedyText:
@@ -155,17 +151,17 @@ class TestOncePerRun:
         ("distributed_init", ladder.RETRY_DISTRIBUTED, "NCCL_SOCKET_IFNAME"),
     ])
     def test_the_second_time_stops(self, cls: str, once: str, words: str) -> None:
-        step = ladder.next_step(prof(), {}, diag(cls), version=V33)
+        step = ladder.next_step(load_profile(BASE), {}, diag(cls), version=V33)
         assert once == step.once
         with pytest.raises(ladder.Exhausted) as caught:
-            ladder.next_step(prof(), {}, diag(cls), version=V33, done=[once])
+            ladder.next_step(load_profile(BASE), {}, diag(cls), version=V33, done=[once])
         assert 75 == caught.value.exit_code
         assert words in str(caught.value)
 
     def test_flags_tried_before_do_not_block_the_first_move(self) -> None:
         """The move is the change: an earlier same-flags retry of an unknown failure does not count against it."""
-        step = ladder.next_step(prof(), {}, diag("compile_cache"), version=V33, tried=[{}])
+        step = ladder.next_step(load_profile(BASE), {}, diag("compile_cache"), version=V33, tried=[{}])
         assert ladder.MOVE_COMPILE_CACHE == step.once
 
     def test_other_classes_take_no_once_step(self) -> None:
-        assert ladder.next_step(prof(), {}, diag("startup_memory"), version=V33).once is None
+        assert ladder.next_step(load_profile(BASE), {}, diag("startup_memory"), version=V33).once is None

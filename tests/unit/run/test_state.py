@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import ast
-import contextlib
 import json
 import os
 import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,26 +18,7 @@ from launcher.errors import EX_CONFIG, LockHeld
 from launcher.run import locks, processes, state
 from launcher.runstate import Decision, Phase
 from tests.conftest import ROOT
-
-
-@contextlib.contextmanager
-def holding_lock(path: Path, *, ignore_sigterm: bool = False) -> Iterator[subprocess.Popen[str]]:
-    """Another `vllm-launch up` that holds the lock at `path` (and, if asked, ignores SIGTERM) until the
-    block ends (`down` signals only a process that runs as one)."""
-    ignore = "signal.signal(signal.SIGTERM, signal.SIG_IGN); " if ignore_sigterm else ""
-    code = (f"import signal, sys, time, pathlib; sys.path.insert(0, {str(ROOT)!r}); {ignore}"
-            f"from launcher.run import locks; lock = locks.acquire_lock(pathlib.Path({str(path)!r}), 'x', 'y'); "
-            "print('held', flush=True); time.sleep(30)")
-    script = path.parent / "bin" / "vllm-launch"
-    script.parent.mkdir(exist_ok=True)
-    script.write_text(code)
-    holder = subprocess.Popen([sys.executable, str(script), "up", "qwen3"], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout is not None and "held" == holder.stdout.readline().strip()
-        yield holder
-    finally:
-        holder.kill()
-        holder.wait()
+from tests.helpers.standins import holding_lock
 
 
 class TestStateFiles:

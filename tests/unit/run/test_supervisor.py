@@ -15,12 +15,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from launcher.config.load import loads
 from launcher.errors import ConfigError, TransientFailure
 from launcher.run import attempt, logpump, processes, supervisor
 from launcher.run.health import Probe
 from launcher.vllm import command
-from tests.integration.harness import poll_for
+from tests.helpers.plans import plan_for
+from tests.helpers.polling import poll_for
 
 TREE = """
 import os, signal, subprocess, sys, time
@@ -32,13 +32,6 @@ print("(EngineCore pid=1) ERROR 11-29 15:43:46 [core.py:1] ValueError: No availa
       flush=True)
 time.sleep(60)
 """
-
-
-def plan_for(argv: list[str]) -> command.Plan:
-    p = loads("model: /m\nvllm: {host: 127.0.0.1}\n")
-    plan = command.build_plan(p)
-    return command.Plan(tuple(argv), plan.env, (), plan.flags, plan.overrides, plan.base_url,
-                        plan.served_model_name, 30.0, 30.0, 1.0)
 
 
 class TestRotatingFile:

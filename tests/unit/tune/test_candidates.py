@@ -27,10 +27,12 @@ from launcher.tune.candidates import (
 )
 from launcher.tune.vllm_defaults import BatchDefaults, batch_defaults, effective
 from tests.conftest import CONFIGS, DATA
+from tests.helpers.profiles import write_profile
 
 INVENTORIES = DATA / "inventories"
 QWEN3 = str(CONFIGS / "qwen3.yaml")
 LLAMA_TP2 = str(CONFIGS / "llama3-8b-tp2.yaml")
+LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
 
 
 @pytest.fixture
@@ -55,12 +57,6 @@ def planner(profile: str, gpu: str | None = None, inventory: str | None = None) 
     def plan_for(sets: tuple[str, ...]) -> PlanReport:
         return plan(profile, gpu, inventory, sets)
     return plan_for
-
-
-def write_profile(tmp_path: Path, name: str, vllm: str, model: str = "meta-llama/Llama-3.1-8B-Instruct") -> str:
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(f"model: {model}\nvllm:\n  host: 127.0.0.1\n" + "".join(f"  {line}\n" for line in vllm.split(";")))
-    return str(path)
 
 
 # --- the candidate type ---------------------------------------------------------------------------------------
@@ -185,7 +181,8 @@ def test_the_cpu_backends_defaults_grow_with_the_ranks() -> None:
 
 
 def test_without_chunked_prefill_vllm_raises_the_default_batch_to_the_context(tmp_path: Path) -> None:
-    profile = write_profile(tmp_path, "nochunk", "max-model-len: 32768;enable-chunked-prefill: false")
+    profile = str(write_profile(tmp_path, name="nochunk", model=LLAMA_8B,
+                                vllm={"max-model-len": 32768, "enable-chunked-prefill": False}))
     values = effective(plan(profile, gpu="l40s"))
     assert 32768 == values.max_num_batched_tokens and not values.chunked_prefill
     assert 2048 == effective(plan(LLAMA_TP2, gpu="l40s x2")).max_num_batched_tokens
@@ -205,7 +202,7 @@ def test_the_default_grid_on_an_h100_class_gpu() -> None:
 
 
 def test_vllms_own_max_num_seqs_is_the_centre_and_doubling_stops_at_1024(tmp_path: Path) -> None:
-    profile = write_profile(tmp_path, "plain", "max-model-len: 8192")
+    profile = str(write_profile(tmp_path, name="plain", model=LLAMA_8B, vllm={"max-model-len": 8192}))
     report = plan(profile, gpu="h100")
     grid = default_grid(report.profile, report)
     assert ("512", "1024") == grid["max-num-seqs"]
@@ -226,7 +223,7 @@ def test_below_compute_capability_8_9_there_is_no_fp8_axis() -> None:
 
 
 def test_a_profile_that_pins_its_kv_dtype_keeps_it(tmp_path: Path) -> None:
-    pinned = write_profile(tmp_path, "bf16", "max-model-len: 8192;kv-cache-dtype: bfloat16")
+    pinned = str(write_profile(tmp_path, name="bf16", model=LLAMA_8B, vllm={"max-model-len": 8192, "kv-cache-dtype": "bfloat16"}))
     report = plan(pinned, gpu="h100")
     assert "kv-cache-dtype" not in default_grid(report.profile, report)
     fp8 = plan(QWEN3, gpu="l40s")  # already FP8
@@ -301,8 +298,8 @@ def test_fp8_kv_stays_a_candidate_where_the_gpu_has_it() -> None:
 
 
 def test_a_kv_cache_below_one_context_prunes(tmp_path: Path) -> None:
-    profile = write_profile(tmp_path, "qwen", "max-model-len: 65536;kv-cache-dtype: fp8",
-                            model="Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8")
+    profile = str(write_profile(tmp_path, name="qwen", model="Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8",
+                                vllm={"max-model-len": 65536, "kv-cache-dtype": "fp8"}))
     tight = Candidate((("gpu-memory-utilization", "0.72"),))
     plan_for = planner(profile, gpu="l40s")
     cap = plan_for(tight.sets()).capacity
@@ -314,7 +311,8 @@ def test_a_kv_cache_below_one_context_prunes(tmp_path: Path) -> None:
 
 
 def test_chunked_prefill_off_in_the_profile_prunes_a_small_batch(tmp_path: Path) -> None:
-    profile = write_profile(tmp_path, "nochunk", "max-model-len: 8192;enable-chunked-prefill: false")
+    profile = str(write_profile(tmp_path, name="nochunk", model=LLAMA_8B,
+                                vllm={"max-model-len": 8192, "enable-chunked-prefill": False}))
     small, enough = Candidate((("max-num-batched-tokens", "4096"),)), Candidate((("max-num-batched-tokens", "8192"),))
     kept, pruned = prune(profile, [Candidate(), small, enough], plan_for=planner(profile, gpu="l40s"))
     assert [Candidate(), enough] == kept
@@ -323,8 +321,8 @@ def test_chunked_prefill_off_in_the_profile_prunes_a_small_batch(tmp_path: Path)
 
 
 def test_a_baseline_that_cannot_work_is_a_config_error(tmp_path: Path) -> None:
-    profile = write_profile(tmp_path, "doomed",
-                            "max-model-len: 8192;enable-chunked-prefill: false;max-num-batched-tokens: 2048")
+    profile = str(write_profile(tmp_path, name="doomed", model=LLAMA_8B, vllm={
+        "max-model-len": 8192, "enable-chunked-prefill": False, "max-num-batched-tokens": 2048}))
     with pytest.raises(ConfigError) as caught:
         prune(profile, [Candidate(), Candidate((("max-num-batched-tokens", "8192"),))],
               plan_for=planner(profile, gpu="l40s"))

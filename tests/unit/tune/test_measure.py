@@ -13,13 +13,13 @@ from launcher.bench.workload import Settings
 from launcher.config.load import loads
 from launcher.tune import slo
 from launcher.tune.command import Request, workload_key_of, workload_settings
-from launcher.tune.measure import Plan, level_settings, warmup_settings
+from launcher.tune.measure import MeasureSetup, level_settings, warmup_settings
 
 PROFILE = loads("model: m\nvllm:\n  host: 127.0.0.1\n")
 
 
-def plan(text: str, workload: str = "agent") -> Plan:
-    return Plan(spec="p.yaml", profile=PROFILE, target=Target("p", "http://127.0.0.1:8000", None, None, None),
+def plan(text: str, workload: str = "agent") -> MeasureSetup:
+    return MeasureSetup(spec="p.yaml", profile=PROFILE, target=Target("p", "http://127.0.0.1:8000", None, None, None),
                 slo=slo.parse(text), workload=workload_settings(workload, Settings(warmup=1, seed=7)), rounds=2,
                 most_users=64, deadline=None, environ={})
 

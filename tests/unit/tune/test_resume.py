@@ -15,9 +15,9 @@ from launcher.errors import Outcome
 from launcher.tune import measure, slo
 from launcher.tune.cache import Level, Record, Store
 from launcher.tune.candidates import Candidate
-from launcher.tune.measure import CandidateRun, Plan
+from launcher.tune.measure import CandidateRun, MeasureSetup
 
-PLAN = Plan(spec="p.yaml", profile=loads("model: m\nvllm:\n  host: 127.0.0.1\n"),
+SETUP = MeasureSetup(spec="p.yaml", profile=loads("model: m\nvllm:\n  host: 127.0.0.1\n"),
             target=Target("p", "http://127.0.0.1:9", None, None, None), slo=slo.parse("ttft_p95<=1s"),
             workload=Settings(), rounds=1, most_users=8, deadline=None, environ={})
 LIMIT = 5  # the synthetic server meets the SLO up to 5 users
@@ -35,7 +35,7 @@ class NoServer:
 def test_everything_cached_starts_no_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(measure, "supervised", NoServer)
     record = Record("k" * 64, {(0, n): level(n) for n in (1, 2, 4, 8, 6, 5)})
-    done = CandidateRun(PLAN, Candidate(), record, Store(tmp_path), on_level=lambda _: None).run()
+    done = CandidateRun(SETUP, Candidate(), record, Store(tmp_path), on_level=lambda _: None).run()
     assert done.status == "measured" and done.answer is not None and done.answer.users == LIMIT
     assert (done.levels_measured, done.levels_reused) == (0, 6)
 
@@ -69,7 +69,7 @@ def test_a_partly_cached_candidate_measures_only_what_is_missing(tmp_path: Path,
     monkeypatch.setattr(CandidateRun, "measure", fake_measure)
     store = Store(tmp_path)
     record = Record("k" * 64, {(0, n): level(n) for n in (1, 2, 4)})  # an earlier run stopped after 4 users
-    done = CandidateRun(PLAN, Candidate(), record, store, on_level=lambda _: None).run()
+    done = CandidateRun(SETUP, Candidate(), record, store, on_level=lambda _: None).run()
     assert measured == [8, 6, 5] and len(started) == 1
     assert done.answer is not None and done.answer.users == LIMIT
     assert set(store.load("k" * 64).levels) == {(0, n) for n in (1, 2, 4, 8, 6, 5)}, "saved level by level"
@@ -77,7 +77,7 @@ def test_a_partly_cached_candidate_measures_only_what_is_missing(tmp_path: Path,
 
 def test_the_budget_ending_stops_before_the_next_missing_level(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(measure, "supervised", NoServer)
-    expired = Plan(**{**{f: getattr(PLAN, f) for f in PLAN.__slots__}, "deadline": 0.0})  # type: ignore[arg-type]
+    expired = MeasureSetup(**{**{f: getattr(SETUP, f) for f in SETUP.__slots__}, "deadline": 0.0})  # type: ignore[arg-type]
     record = Record("k" * 64, {(0, 1): level(1)})
     done = CandidateRun(expired, Candidate(), record, Store(tmp_path), on_level=lambda _: None).run()
     assert done.status == "budget" and done.levels_reused == 1 and done.levels_measured == 0
@@ -110,7 +110,7 @@ def test_only_a_failure_to_start_that_the_flags_decide_is_cached(tmp_path: Path,
     monkeypatch.setattr(measure, "supervised", failing_start(outcome, settled))
     store = Store(tmp_path)
     candidate = Candidate((("max-num-seqs", "64"),))
-    done = CandidateRun(PLAN, candidate, Record("k" * 64), store, on_level=lambda _: None).run()
+    done = CandidateRun(SETUP, candidate, Record("k" * 64), store, on_level=lambda _: None).run()
     assert "port 8000 is held" in (done.reason or "")
     assert done.status == ("infeasible" if cached else "transient")
     assert store.load("k" * 64).verdict == ("infeasible" if cached else None)

@@ -6,11 +6,11 @@ import shlex
 
 import pytest
 
-from launcher.config import profile
 from launcher.config.flags import shipped_catalog
 from launcher.config.load import load, loads
 from launcher.vllm import command
 from tests.conftest import CONFIGS
+from tests.helpers.profiles import load_profile, yaml_lines
 
 GUIDE_QWEN3 = """vllm serve Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8 \
   --served-model-name qwen3-coder-30b \
@@ -56,11 +56,6 @@ class TestGuideCommands:
         assert "VLLM_API_KEY" not in plan.env
 
 
-def tiny(**flags: object) -> profile.Profile:
-    body = "".join(f"  {k}: {v}\n" for k, v in flags.items())
-    return loads(f"model: /m\nvllm:\n  host: 127.0.0.1\n{body}")
-
-
 class TestRendering:
     @pytest.mark.parametrize(("flags", "expected"), [
         ({"enable-prefix-caching": "true"}, ["--enable-prefix-caching"]),
@@ -72,12 +67,12 @@ class TestRendering:
     ])
     def test_values_become_words(self, flags: dict[str, str], expected: list[str]) -> None:
         """true → --flag, false → --no-flag (when vLLM has it), lists → values after the flag, maps → JSON."""
-        plan = command.build_plan(tiny(**flags), catalog=shipped_catalog())
+        plan = command.build_plan(load_profile(vllm=yaml_lines(flags)), catalog=shipped_catalog())
         assert ["vllm", "serve", "/m", "--host", "127.0.0.1", *expected, *DRAIN] == list(plan.argv)
 
     def test_overrides_replace_in_place_and_remove(self) -> None:
         """Ladder overrides keep the flag's position; None removes a flag; new flags go last."""
-        p = tiny(**{"max-model-len": 4096, "kv-cache-dtype": "fp8", "port": 8123})
+        p = load_profile(vllm=yaml_lines({"max-model-len": 4096, "kv-cache-dtype": "fp8", "port": 8123}))
         plan = command.build_plan(p, {"max-model-len": 2048, "kv-cache-dtype": None, "enforce-eager": True})
         assert ["vllm", "serve", "/m", "--host", "127.0.0.1", "--max-model-len", "2048", "--port", "8123",
                 "--enforce-eager"] == list(plan.argv)
@@ -114,7 +109,7 @@ class TestDrain:
 def test_a_yes_or_off_given_to_a_flag_that_takes_a_value_never_leaves_it_bare(text: str, word: str) -> None:
     """YAML reads `yes`/`off` as booleans. Rendered as a bare `--max-num-batched-tokens`, the next flag would
     become its value (or, for false, the flag would silently vanish); it goes out with its value for vLLM to judge."""
-    prof = tiny(**{"max-num-batched-tokens": text})
+    prof = load_profile(vllm=yaml_lines({"max-num-batched-tokens": text}))
     argv = list(command.build_plan(prof, catalog=shipped_catalog()).argv)
     at = argv.index("--max-num-batched-tokens")
     assert argv[at + 1] == word
