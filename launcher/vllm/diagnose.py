@@ -1,6 +1,9 @@
 """Fold log events into one diagnosis: the failure class, its root-cause line, its numbers.
 
-The same fold runs live (the supervisor feeds it every line) and offline (`vllm-launch diagnose LOGFILE`).
+The same fold runs live (the supervisor feeds it every line) and offline (`vllm-launch diagnose LOGFILE`). What a
+reader takes from more than one line (each process's traceback and the module that raised, a message wrapped onto
+the next lines, a pipeline's stages) is launcher/vllm/paste.py's; an exception no signature knows is judged by
+vLLM's own raise site (launcher/vllm/raise_sites.py).
 
 A failure line *accuses*; it does not convict. vLLM prints ERROR lines it survives (a retried Hub
 lookup, an optional feature's traceback), so a line only makes a candidate:
@@ -16,15 +19,13 @@ Confirmation changes *whether* the launcher acts, never *what* it does: the clas
 from __future__ import annotations
 
 import dataclasses
-import re
-from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from launcher.vllm import raise_sites
-from launcher.vllm.classify import classify, is_client_text, normalize
+from launcher.vllm import paste, raise_sites
+from launcher.vllm.classify import classify, normalize
 from launcher.vllm.phases import PhaseClock, line_time, timed
 from launcher.vllm.signatures import (
     CONFIG,
@@ -78,28 +79,6 @@ REPORTED_NUMBERS = (
 _PER_RANK_MIN = ("kv_tokens", "max_concurrency", "available_kv_gib", "gpu_blocks")
 _CAPACITY_KEYS = ("concurrency_len", "model_loading_gib", "vllm_version", "kv_cache_memory_fit",
                   "kv_cache_memory_full", "weights_gib", "activation_gib", "non_torch_gib", "cudagraph_gib")
-# Where a CUDA out-of-memory happened, from the traceback's frames and vLLM's "processing method X".
-_OOM_PHASES = (
-    ("sampler_warmup", ("_dummy_sampler_run", "sampler_warmup")),
-    ("cuda_graphs", ("capture_model", "_capture_cudagraphs", "capture_end", "capture_begin", "cuda.graph(")),
-    ("profiling", ("profile_run", "determine_num_available_blocks", "determine_available_memory")),
-    ("weights", ("load_model", "load_weights", "create_weights", "process_weights_after_loading", "repack",
-                 "initialize_model")),
-)
-_PHASE_REASON = {"weights": "weights", "profiling": "profiling", "cuda_graphs": "cuda_graphs"}
-_FRAME = re.compile(r'File "[^"]*", line \d+, in (\w+)|processing method (\w+)|(torch\.cuda\.graph\()')
-_FRAME_PATH = re.compile(r'File "([^"]{1,512})", line \d+')
-_STAGE = re.compile(r"\[Stage-(\d{1,4})\]")
-_QUOTE_MARKS = "▎>│| "  # what a paste puts before each line of a quoted log
-_JOIN_LINES = 3  # lines after a failure that may continue its wrapped message
-# Death lines that name no cause, and how far above them the error they died of may stand.
-_GENERIC_DEATHS = ("Worker proc ", "Engine core proc ", "WorkerProc hit an exception", "Engine process failed")
-_DEATH_CAUSE_LINES = 5
-_POINTERS = ("See stack trace", "See root cause", "root cause above", "encountered a fatal error",
-             "encountered an issue")
-_PYDANTIC = "Value error, "  # how pydantic's ValidationError shows a ValueError its validator raised
-_PYDANTIC_MODULE = "vllm/config/vllm.py"  # pydantic validates vLLM's config dataclasses: a refusal of vllm/config
-_HINT_WINDOW = 80  # lines before the out-of-memory line whose frames still describe it
 # Lines that show the start-up moving on: a failure line read before one of these did not end it.
 ACQUITTING = frozenset({EventKind.PROGRESS, EventKind.MODEL_LOADING, EventKind.KV_TOKENS, EventKind.CONCURRENCY,
                         EventKind.AVAILABLE_KV, EventKind.GPU_BLOCKS, EventKind.MEMORY_BUDGET, EventKind.SERVER_STARTING,
@@ -110,44 +89,11 @@ _STARTUP_EVIDENCE = ACQUITTING | {EventKind.REQUEST, EventKind.SERVING, EventKin
 _JOINED = frozenset({EventKind.JOINED, EventKind.MODEL_LOADING, EventKind.AVAILABLE_KV, EventKind.KV_TOKENS})
 # Lines that show a server up, or answering.
 _SERVING = (EventKind.SERVER_STARTING, EventKind.STARTUP_COMPLETE, EventKind.REQUEST, EventKind.SERVING)
-# An exception line, `[module.]TypeError: text`: the last line of a traceback.
-_EXCEPTION_FORM = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)\b")
-_TRACEBACK = "Traceback (most recent call last)"
 _CHAINED = ("The above exception was the direct cause of the following exception",
             "During handling of the above exception, another exception occurred")
-_TRACEBACK_SPAN = 400  # lines after a traceback's header in which its final exception is looked for
 _MAX_WARNINGS = 20
-_MAX_TRACEBACKS = 64  # processes whose open traceback is remembered
 # Failures a server can still meet after "Application startup complete": uvicorn binds its port after it.
 _AFTER_STARTUP_REASONS = frozenset({"port_in_use"})
-# A rank's name without its index: `Worker_TP1` and `Worker_TP0` are ranks of one kind, `EngineCore_DP0` too.
-_RANK_SUFFIX = re.compile(r"[_ ]?(?:TP|PP|DP|EP|rank)?\d+$")  # one suffix; linear on any name
-
-
-def _rank_kind(name: str) -> str:
-    """`Worker_PP0_TP1` → `Worker`: the name without its rank suffixes (at most three are stripped)."""
-    for _ in range(3):
-        stripped = _RANK_SUFFIX.sub("", name, count=1)
-        if stripped == name:
-            break
-        name = stripped
-    return name
-
-
-def _points_elsewhere(message: str) -> bool:
-    """A line that says something failed and points at the cause elsewhere ("See stack trace (above) for the root
-    cause", "EngineCore encountered a fatal error."): never the root cause itself when the cause is in the log."""
-    return any(words in message for words in _POINTERS)
-
-
-def _sibling_ranks(accused: LogEvent, other: LogEvent) -> bool:
-    """Two different processes of the same kind (TP/PP/DP ranks): one's progress says nothing of the other's
-    failure, since every rank loads and profiles on its own."""
-    if accused.proc is None or other.proc is None or (accused.proc, accused.pid) == (other.proc, other.pid):
-        return False
-    return _rank_kind(accused.proc) == _rank_kind(other.proc)
-
-
 class Diagnoser:
     """Stateful fold over a log; `decided` turns true on the first specific fatal line."""
 
@@ -164,7 +110,6 @@ class Diagnoser:
         self.phase: str | None = None
         self.phase_at_failure: str | None = None
         self.lines = 0
-        self.hints: deque[tuple[int, str]] = deque(maxlen=256)  # (line number, frame or method name)
         self.last_exception_line = 0
         self.last_progress_line = 0
         self.started = False  # any line that shows a start-up happened (version, progress, capacity, serving)
@@ -172,15 +117,14 @@ class Diagnoser:
         self.first_error: str | None = None  # the first ERROR/CRITICAL record, as its message
         self.confirmed: str | None = None  # what convicted the standing failure (None: only accused)
         self.acquitted: list[LogEvent] = []
-        self.tracebacks: dict[str | None, int] = {}  # process prefix → line of its open traceback's header
-        self.frames: dict[str | None, str] = {}  # process prefix → the file of the last frame of its traceback
+        self.tracebacks = paste.Tracebacks()  # every process's open traceback, its frames, the module that raised
         self.last_exception_module: str | None = None
         self.pointed = False  # the standing failure's root cause is the exception its pointer line pointed at
         self.error_text: tuple[str, int] | None = None  # the latest error line a process printed, and its number
         self.last_acquitted: tuple[LogEvent, int | None, str | None] | None = None  # with its line and phase
         self.stage: str | None = None  # the pipeline stage of the line being read (`[Stage-1]`), if it names one
         self.failure_stage: str | None = None
-        self.joinable: tuple[LogEvent, str, int] | None = None  # the failure a wrapped next line may continue
+        self.wrapped = paste.Wrapped()  # the failure or exception a wrapped next line may continue
         self.joined = False  # this rank is part of an assembled group: its place in the world, or it loads
         self.completed = False  # the start-up completed ("Application startup complete") or requests were served
 
@@ -210,8 +154,10 @@ class Diagnoser:
             return None
         event = self.failure
         self._warn(event)
-        self.last_acquitted = (event, self.failure_line, self.phase_at_failure)
-        self.failure = self.failure_line = self.phase_at_failure = self.failure_stage = self.joinable = None
+        # With the phase around it: the progress that seemed to acquit it (a bar flushed after it) tells it too.
+        self.last_acquitted = (event, self.failure_line, self.phase_at_failure or self.phase)
+        self.failure = self.failure_line = self.phase_at_failure = self.failure_stage = None
+        self.wrapped.stop()
         return event
 
     def _warn(self, event: LogEvent) -> None:
@@ -224,110 +170,48 @@ class Diagnoser:
 
     def feed(self, line: str) -> LogEvent | None:
         self.lines += 1
-        if ("File \"" in line or "processing method" in line or "cuda.graph(" in line) and len(line) < 4096:
-            found = _FRAME.search(line)
-            if found:
-                self.hints.append((self.lines, found.group(1) or found.group(2) or found.group(3)))
-            path = _FRAME_PATH.search(line)
-            if path is not None:
-                self._remember(self.frames, normalize(line)[0], path.group(1))
-        if _TRACEBACK in line and len(line) < 4096:
-            proc = normalize(line)[0]
-            self._remember(self.tracebacks, proc, self.lines)
-            self.frames.pop(proc, None)  # a new traceback: the frames that follow are its own
-        elif (_CHAINED[0] in line or _CHAINED[1] in line) and self.confirmed == "traceback" \
+        self.tracebacks.read(line, self.lines)
+        if (_CHAINED[0] in line or _CHAINED[1] in line) and self.confirmed == "traceback" \
                 and self.lines - (self.failure_line or 0) <= 3:
             # The failure was only a cause: another exception follows, and that one ends the traceback.
             self.confirmed = None
-        if ("rror" in line or "Failed" in line) and len(line) < 4096 and not self.completed:
-            self._error_text(line)
+        if ("rror" in line or "Failed" in line) and not self.completed:
+            text = paste.error_text(line)
+            self.error_text = (text, self.lines) if text is not None else self.error_text
         if ("ERROR" in line or "CRITICAL" in line) and not self.errors:
             self.first_error = normalize(line[:4096])[2].strip()
         if "ERROR" in line or "CRITICAL" in line:
             self.errors += 1
-        # A pipeline of several engines (vLLM-Omni's `[Stage-N]`) is judged per engine: one stage's progress
-        # acquits nothing another stage said.
-        staged = _STAGE.search(line[:256]) if "[Stage-" in line[:256] else None
-        self.stage = staged.group(1) if staged is not None else None
-        if self.joinable is not None and self._join(line):
+        # A pipeline of several engines is judged per engine: one stage's progress acquits nothing another said.
+        self.stage = paste.stage_of(line)
+        joined = self.wrapped.take(line, self.lines)
+        if joined is not None:
+            self._joined(joined)
             return None
         event = classify(line)
-        if event is None and _PYDANTIC in line and not self.completed:
-            event = self._validation_error(line)
+        if event is None and paste.PYDANTIC in line and not self.completed:
+            event = paste.validation_error(line)
+            if event is not None:
+                self.tracebacks.raised_in(event.proc, paste.PYDANTIC_MODULE)
         if event is not None:
             self.observe(event)
         return event
 
-    def _join(self, line: str) -> bool:
-        """A failure's or an exception's message wrapped onto the next lines by a terminal (cut at its width, no
-        space added) or a paste (at a word): lines with no prefix or level of their own are read joined to it. A
-        joined failure gains the numbers of the whole sentence; an exception no signature knew may turn out to be
-        a failure once whole. True when the line was taken as such a continuation."""
-        event, text, since = self.joinable or (None, "", 0)
-        proc, level, message = normalize(line[:4096])
-        rest = message.strip().lstrip(_QUOTE_MARKS).strip()
-        if event is None or proc is not None or level is not None or not rest or self.lines - since > _JOIN_LINES:
-            self.joinable = None
-            return False
-        for joined in (f"{text}{rest}", f"{text} {rest}"):  # cut at the width, or wrapped at a word
-            whole = classify(joined)
-            if whole is None or whole.kind != EventKind.FAILURE:
-                continue
-            if event.kind == EventKind.EXCEPTION:  # an exception no signature knew: whole, it is a failure
-                whole = dataclasses.replace(whole, proc=event.proc, pid=event.pid)
-                self.joinable = None
-                self.observe(whole)
-                if self.failure is whole:
-                    self.joinable = (whole, joined, since)
-                return True
-            added = {key: value for key, value in whole.values.items() if key not in event.values}
-            if whole.failure != event.failure or not added:
-                continue
-            self.numbers.update(added)
-            joinable = dataclasses.replace(event, values={**event.values, **added})
-            if self.failure is event:
-                self.failure = joinable
-            self.joinable = (joinable, joined, since)
-            return True
-        self.joinable = (event, f"{text} {rest}", since)
-        return False
-
-    def _error_text(self, line: str) -> None:
-        """The latest error a process printed on its own (a C++ `Failed: Cuda error …`, an ERROR record): what a
-        generic death line that follows it died of."""
-        _, level, message = normalize(line)
-        message = message.strip()
-        if level in (None, "ERROR", "CRITICAL") and message and not is_client_text(message) \
-                and not message.startswith(_GENERIC_DEATHS):
-            self.error_text = (message[:1000], self.lines)
-
-    def _validation_error(self, line: str) -> LogEvent | None:
-        """pydantic's form of a ValueError a validator of vLLM's config dataclasses raised (`  Value error, Unknown
-        attention backend: 'X'. Valid options are: …  [type=value_error, …]`): that ValueError, raised in vllm/config."""
-        proc, _, message = normalize(line[:4096])
-        if is_client_text(message):
-            return None
-        text = message.split(_PYDANTIC, 1)[1].split(" [type=value_error", 1)[0].strip()
-        if not text:
-            return None
-        self._remember(self.frames, proc, _PYDANTIC_MODULE)
-        event = LogEvent(EventKind.EXCEPTION, f"{_PYDANTIC}{text}"[:1000], {"type": "ValueError"}, proc=proc)
-        self.observe(event)
-        return event
-
-    @staticmethod
-    def _remember(table: dict[str | None, Any], proc: str | None, value: Any) -> None:
-        if proc not in table and len(table) >= _MAX_TRACEBACKS:  # hostile lines naming endless processes stay bounded
-            table.clear()
-        table[proc] = value
-
-    def _ends_traceback(self, event: LogEvent) -> bool:
-        """The event is the final exception of a traceback its process printed (and closes that traceback)."""
-        opened = self.tracebacks.get(event.proc)
-        if opened is None or self.lines - opened > _TRACEBACK_SPAN or not _EXCEPTION_FORM.match(event.message):
-            return False
-        del self.tracebacks[event.proc]
-        return True
+    def _joined(self, joined: paste.Joined) -> None:
+        """A message read whole: a failure (an exception no signature knew), or more numbers of the standing one."""
+        event = self.wrapped.event
+        if event is None:
+            return
+        if event.kind == EventKind.EXCEPTION:
+            whole = dataclasses.replace(joined.whole, proc=event.proc, pid=event.pid)
+            self.wrapped.event = whole
+            self.observe(whole)
+            return
+        self.numbers.update(joined.added)
+        more = dataclasses.replace(event, values={**event.values, **joined.added})
+        if self.failure is event:
+            self.failure = more
+        self.wrapped.event = more
 
     def observe(self, event: LogEvent) -> None:
         kind = event.kind
@@ -337,18 +221,18 @@ class Diagnoser:
             if not self.errors:
                 self.first_error = event.message
             self.errors += 1
-            self._ends_traceback(event)
+            self.tracebacks.ends(event, self.lines)
             if (self.failure is not None and self.failure.failure == ENGINE_DEAD and self.failure.proc == event.proc
-                    and (self.pointed or _points_elsewhere(self.failure.message))
-                    and not _points_elsewhere(event.message)):
+                    and (self.pointed or paste.points_elsewhere(self.failure.message))
+                    and not paste.points_elsewhere(event.message)):
                 # "EngineCore encountered a fatal error." heads the traceback whose final exception says of what.
                 self.failure, self.pointed = dataclasses.replace(self.failure, message=event.message), True
             if "initialization failed" not in event.message:
                 self.last_exception = event
                 self.last_exception_line = self.lines
                 # The innermost frame its process printed since its traceback began: the module that raised it.
-                self.last_exception_module = self.frames.get(event.proc)
-                self.joinable = (event, event.message.strip().lstrip(_QUOTE_MARKS).strip(), self.lines)
+                self.last_exception_module = self.tracebacks.module(event.proc)
+                self.wrapped.start(event, self.lines)
         elif kind == EventKind.SHUTDOWN:
             self.shutting_down = True
         elif kind in _SERVING:
@@ -362,7 +246,7 @@ class Diagnoser:
             self.started = True
         if kind in _JOINED:
             self.joined = True
-        if (kind in ACQUITTING and self.failure is not None and not _sibling_ranks(self.failure, event)
+        if (kind in ACQUITTING and self.failure is not None and not paste.sibling_ranks(self.failure, event)
                 and (self.failure_stage is None or self.stage is None or self.failure_stage == self.stage)):
             self.acquit()
         if kind not in (EventKind.FAILURE, EventKind.EXCEPTION):
@@ -382,9 +266,9 @@ class Diagnoser:
             event = dataclasses.replace(event, failure=ENGINE_DEAD)
         if event.failure == ENGINE_DEAD and self.shutting_down:
             return
-        ends_traceback = self._ends_traceback(event)
-        if event.failure == ENGINE_DEAD and event.message.startswith(_GENERIC_DEATHS) and self.error_text is not None \
-                and self.lines - self.error_text[1] <= _DEATH_CAUSE_LINES:
+        ends_traceback = self.tracebacks.ends(event, self.lines)
+        if event.failure == ENGINE_DEAD and event.message.startswith(paste.GENERIC_DEATHS) and self.error_text is not None \
+                and self.lines - self.error_text[1] <= paste.DEATH_CAUSE_LINES:
             # "Worker proc … died unexpectedly" says that it died, not of what: the error it printed just before does.
             event = dataclasses.replace(event, message=self.error_text[0])
         if self.completed and event.failure != ENGINE_DEAD and event.reason not in _AFTER_STARTUP_REASONS:
@@ -397,7 +281,7 @@ class Diagnoser:
                                         and event.failure != self.failure.failure):
                 # The first failure line stands; a traceback that ends in another failure replaces a mere accusation.
                 self.failure, self.failure_line, self.failure_stage, self.pointed = event, self.lines, self.stage, False
-                self.joinable = (event, event.message.strip().lstrip(_QUOTE_MARKS).strip(), self.lines)
+                self.wrapped.start(event, self.lines)
                 self.phase_at_failure = self.phase
                 if ends_traceback:
                     self.confirmed = "traceback"
@@ -405,8 +289,8 @@ class Diagnoser:
                     self.confirmed = "engine_start_failed"  # vLLM said the engine failed before naming the cause
             elif self.confirmed is None and event.failure == self.failure.failure:
                 self.confirmed = "traceback" if ends_traceback else "same_class"
-                if _EXCEPTION_FORM.match(event.message) and not _EXCEPTION_FORM.match(self.failure.message) \
-                        and not _points_elsewhere(event.message):
+                if paste.EXCEPTION_FORM.match(event.message) and not paste.EXCEPTION_FORM.match(self.failure.message) \
+                        and not paste.points_elsewhere(event.message):
                     # The exception vLLM raised says it better than the line that accused (a figure at INFO): it
                     # becomes the root cause, with the numbers of both.
                     self.failure = dataclasses.replace(event, values={**self.failure.values, **event.values})
@@ -438,7 +322,7 @@ class Diagnoser:
         if self.last_exception is not None and not self.serving and self.last_exception_line > self.last_progress_line:
             # The log ends in a traceback no signature knows: vLLM failed, the cause is that exception.
             return self._raised(self.last_exception, numbers, state, self.last_exception_line, warnings, "log_end")
-        open_since = max(self.tracebacks.values(), default=0)
+        open_since = self.tracebacks.open_since()
         if open_since > self.last_progress_line and self.started and not self.serving:
             # The log ends inside a traceback (its final exception never came: the process died, or the paste was
             # cut): the start-up failed. A failure line that progress seemed to acquit is its likeliest cause.
@@ -468,16 +352,11 @@ class Diagnoser:
                          f"{evidence}, raise site by {verdict.how}")
 
     def _oom_phase(self, line: int | None = None, phase: str | None = None) -> str | None:
-        """The start-up phase an out-of-memory happened in (the standing failure's, or the one at `line` in
-        `phase`): its traceback first, then the log's progress."""
-        line, phase = (line, phase) if line is not None else (self.failure_line, self.phase_at_failure)
-        start = (line or 0) - _HINT_WINDOW
-        names = [name for line, name in self.hints if line >= start]
-        for name in names:
-            for phase, markers in _OOM_PHASES:
-                if any(marker in name for marker in markers):
-                    return phase
-        return _PHASE_REASON.get(phase or "")
+        """The start-up phase an out-of-memory happened in: the standing failure's, or the one at `line` (read
+        while the start-up was in `phase`)."""
+        if line is None:
+            line, phase = self.failure_line, self.phase_at_failure
+        return self.tracebacks.oom_phase(line or 0, phase)
 
     def _derived_numbers(self, numbers: dict[str, Any]) -> dict[str, Any]:
         if "model_loading_gb" in numbers:  # 0.6–0.7 print GiB labelled "GB"

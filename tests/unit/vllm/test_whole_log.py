@@ -32,7 +32,7 @@ def test_a_line_of_its_own_is_never_a_continuation() -> None:
         diagnoser = Diagnoser()
         for line in [WRAPPED[0], *after, WRAPPED[1]]:
             diagnoser.feed(line)
-        assert diagnoser.joinable is None, after
+        assert diagnoser.wrapped.event is None, after
 
 
 FREE = ("(Worker pid=21) [Stage-0] ERROR 03-12 08:22:28 [multiproc_executor.py:800] ValueError: Free memory on device "

@@ -1,0 +1,218 @@
+"""What a person reads off a log beyond one line at a time, for the fold (launcher/vllm/diagnose.py).
+
+- Each process's traceback (`Tracebacks`): vLLM prefixes every line with its process (`(EngineCore_DP0 pid=…)`,
+  `(Worker_TP1 pid=…)`), so a header, its frames and its final exception are kept apart per process; the
+  innermost frame's file is the module that raised (vllm/raise_sites.py judges by it), the frames' names say in
+  which start-up phase an out-of-memory happened, and a header never closed means the log ends inside it.
+- A message wrapped onto the next lines (`Wrapped`), by a terminal (cut at its width) or a paste (at a word): the
+  next lines, with no prefix or level of their own, are read joined to it.
+- The pipeline stage a line belongs to (`[Stage-N]`, vLLM-Omni), pydantic's form of a ValueError vLLM's config
+  validators raised, the error a generic death line died of, and lines that only point at the cause elsewhere.
+
+Every table here is bounded: hostile lines naming endless processes cannot grow it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from launcher.vllm.classify import classify, is_client_text, normalize
+from launcher.vllm.signatures import EventKind, LogEvent
+
+TRACEBACK = "Traceback (most recent call last)"
+# An exception line, `[module.]TypeError: text`: the last line of a traceback.
+EXCEPTION_FORM = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)\b")
+PYDANTIC = "Value error, "  # how pydantic's ValidationError shows a ValueError its validator raised
+# pydantic validates vLLM's config dataclasses: its "Value error" is a refusal raised in vllm/config.
+PYDANTIC_MODULE = "vllm/config/vllm.py"
+# Death lines that name no cause, and how far above them the error they died of may stand.
+GENERIC_DEATHS = ("Worker proc ", "Engine core proc ", "WorkerProc hit an exception", "Engine process failed")
+DEATH_CAUSE_LINES = 5
+_POINTERS = ("See stack trace", "See root cause", "root cause above", "encountered a fatal error",
+             "encountered an issue")
+_FRAME = re.compile(r'File "[^"]*", line \d+, in (\w+)|processing method (\w+)|(torch\.cuda\.graph\()')
+_FRAME_PATH = re.compile(r'File "([^"]{1,512})", line \d+')
+_STAGE = re.compile(r"\[Stage-(\d{1,4})\]")
+_QUOTE_MARKS = "▎>│| "  # what a paste puts before each line of a quoted log
+_JOIN_LINES = 3  # lines after a message that may continue it
+_SPAN = 400  # lines after a traceback's header in which its final exception is looked for
+_MAX_PROCESSES = 64  # processes whose open traceback and frames are remembered
+_MAX_LINE = 4096  # longer lines are no traceback's
+
+
+# Where a CUDA out-of-memory happened, from the traceback's frames and vLLM's "processing method X".
+_OOM_PHASES = (
+    ("sampler_warmup", ("_dummy_sampler_run", "sampler_warmup")),
+    ("cuda_graphs", ("capture_model", "_capture_cudagraphs", "capture_end", "capture_begin", "cuda.graph(")),
+    ("profiling", ("profile_run", "determine_num_available_blocks", "determine_available_memory")),
+    ("weights", ("load_model", "load_weights", "create_weights", "process_weights_after_loading", "repack",
+                 "initialize_model")),
+)
+_PHASE_REASON = {"weights": "weights", "profiling": "profiling", "cuda_graphs": "cuda_graphs"}
+_HINT_WINDOW = 80  # lines before the out-of-memory line whose frames still describe it
+# A rank's name without its index: `Worker_TP1` and `Worker_TP0` are ranks of one kind, `EngineCore_DP0` too.
+_RANK_SUFFIX = re.compile(r"[_ ]?(?:TP|PP|DP|EP|rank)?\d+$")  # one suffix; linear on any name
+
+
+def _bounded(table: dict[str | None, Any], proc: str | None, value: Any) -> None:
+    if proc not in table and len(table) >= _MAX_PROCESSES:
+        table.clear()
+    table[proc] = value
+
+
+class Tracebacks:
+    """Every process's open traceback: where its header stands, its frames, the module that raised."""
+
+    def __init__(self) -> None:
+        self.open: dict[str | None, int] = {}  # process prefix → line of its open traceback's header
+        self.modules: dict[str | None, str] = {}  # process prefix → the file of its traceback's last frame
+        self.hints: deque[tuple[int, str]] = deque(maxlen=256)  # (line number, frame or method name)
+
+    def read(self, line: str, number: int) -> None:
+        """A line that may be a frame, a method vLLM names while it profiles, or a traceback's header."""
+        if len(line) >= _MAX_LINE:
+            return
+        if "File \"" in line or "processing method" in line or "cuda.graph(" in line:
+            found = _FRAME.search(line)
+            if found:
+                self.hints.append((number, found.group(1) or found.group(2) or found.group(3)))
+            path = _FRAME_PATH.search(line)
+            if path is not None:
+                _bounded(self.modules, normalize(line)[0], path.group(1))
+        if TRACEBACK in line:
+            proc = normalize(line)[0]
+            _bounded(self.open, proc, number)
+            self.modules.pop(proc, None)  # a new traceback: the frames that follow are its own
+
+    def ends(self, event: LogEvent, number: int) -> bool:
+        """The event is the final exception of a traceback its process printed (and closes that traceback)."""
+        opened = self.open.get(event.proc)
+        if opened is None or number - opened > _SPAN or not EXCEPTION_FORM.match(event.message):
+            return False
+        del self.open[event.proc]
+        return True
+
+    def raised_in(self, proc: str | None, module: str) -> None:
+        """What raised the next exception of `proc`, where no frame says it (pydantic's validation errors)."""
+        _bounded(self.modules, proc, module)
+
+    def module(self, proc: str | None) -> str | None:
+        return self.modules.get(proc)
+
+    def open_since(self) -> int:
+        """The line of the latest header whose final exception never came (0: none)."""
+        return max(self.open.values(), default=0)
+
+    def oom_phase(self, number: int, progress: str | None) -> str | None:
+        """The start-up phase an out-of-memory at line `number` happened in: the frames around it first, then the
+        phase the log's progress was in (`progress`)."""
+        for name in (name for line, name in self.hints if line >= number - _HINT_WINDOW):
+            for phase, markers in _OOM_PHASES:
+                if any(marker in name for marker in markers):
+                    return phase
+        return _PHASE_REASON.get(progress or "")
+
+
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """A message read whole: the event it makes, and the numbers the whole adds to the first line's."""
+
+    whole: LogEvent
+    added: dict[str, Any]
+
+
+class Wrapped:
+    """The failure or exception whose message the next lines may continue."""
+
+    def __init__(self) -> None:
+        self.event: LogEvent | None = None
+        self.text = ""
+        self.since = 0
+
+    def start(self, event: LogEvent, number: int) -> None:
+        self.event, self.text, self.since = event, event.message.strip().lstrip(_QUOTE_MARKS).strip(), number
+
+    def stop(self) -> None:
+        self.event = None
+
+    def take(self, line: str, number: int) -> Joined | None:
+        """The line as a continuation of the standing message, read whole: a failure (an exception no signature
+        knew, or the same failure with more numbers); None when the line is no continuation or adds nothing."""
+        event = self.event
+        if event is None:
+            return None
+        proc, level, message = normalize(line[:_MAX_LINE])
+        rest = message.strip().lstrip(_QUOTE_MARKS).strip()
+        if proc is not None or level is not None or not rest or number - self.since > _JOIN_LINES:
+            self.event = None  # a record of its own, or too far below: the message ended
+            return None
+        for text in (f"{self.text}{rest}", f"{self.text} {rest}"):  # cut at the width, or wrapped at a word
+            whole = classify(text)
+            if whole is None or whole.kind != EventKind.FAILURE:
+                continue
+            if event.kind == EventKind.EXCEPTION:
+                self.text = text
+                return Joined(whole, dict(whole.values))
+            added = {key: value for key, value in whole.values.items() if key not in event.values}
+            if whole.failure == event.failure and added:
+                self.text = text
+                return Joined(whole, added)
+        self.text = f"{self.text} {rest}"
+        return None
+
+
+def _rank_kind(name: str) -> str:
+    """`Worker_PP0_TP1` → `Worker`: the name without its rank suffixes (at most three are stripped)."""
+    for _ in range(3):
+        stripped = _RANK_SUFFIX.sub("", name, count=1)
+        if stripped == name:
+            break
+        name = stripped
+    return name
+
+
+def sibling_ranks(accused: LogEvent, other: LogEvent) -> bool:
+    """Two different processes of the same kind (TP/PP/DP ranks): one's progress says nothing of the other's
+    failure, since every rank loads and profiles on its own."""
+    if accused.proc is None or other.proc is None or (accused.proc, accused.pid) == (other.proc, other.pid):
+        return False
+    return _rank_kind(accused.proc) == _rank_kind(other.proc)
+
+
+def stage_of(line: str) -> str | None:
+    """The pipeline stage a line names (`[Stage-1]` → "1"), if any."""
+    head = line[:256]
+    found = _STAGE.search(head) if "[Stage-" in head else None
+    return found.group(1) if found is not None else None
+
+
+def points_elsewhere(message: str) -> bool:
+    """A line that says something failed and points at the cause elsewhere ("See stack trace (above) for the root
+    cause", "EngineCore encountered a fatal error."): never the root cause itself when the cause is in the log."""
+    return any(words in message for words in _POINTERS)
+
+
+def error_text(line: str) -> str | None:
+    """The error a process printed on its own (a C++ `Failed: Cuda error …`, an ERROR record), as one message; None
+    for a record of a lower level, client text, or a death line that names no cause."""
+    _, level, message = normalize(line[:_MAX_LINE])
+    message = message.strip()
+    if level in (None, "ERROR", "CRITICAL") and message and not is_client_text(message) \
+            and not message.startswith(GENERIC_DEATHS):
+        return message[:1000]
+    return None
+
+
+def validation_error(line: str) -> LogEvent | None:
+    """pydantic's form of a ValueError a validator of vLLM's config raised (`  Value error, Unknown attention
+    backend: 'X'. Valid options are: …  [type=value_error, …]`), as that exception's event."""
+    proc, _, message = normalize(line[:_MAX_LINE])
+    if PYDANTIC not in message or is_client_text(message):
+        return None
+    text = message.split(PYDANTIC, 1)[1].split(" [type=value_error", 1)[0].strip()
+    if not text:
+        return None
+    return LogEvent(EventKind.EXCEPTION, f"{PYDANTIC}{text}"[:1000], {"type": "ValueError"}, proc=proc)
