@@ -6,6 +6,11 @@ malformed, long or binary, makes it raise, so the log pump that calls it can nev
 Lines are normalised first: ANSI colours and `\\r` continuations stripped, then docker-compose,
 timestamp, `[rank0]:`, `(EngineCore pid=…)` and `LEVEL date [file:line]` prefixes removed.
 
+`classify_plain` says what a line means the plain way: each gate word, then each signature, tried in turn.
+`classify` gives the same event, faster (it runs on every line): one search for the gates' words turns most lines
+away, the prefix is parsed once, and only the signatures whose needle's rarest character the line holds are
+tried (launcher/vllm/line_gate.py; tests/unit/vllm/test_fast_path.py holds the two to the same events).
+
 Only vLLM's own records can carry an event. uvicorn's access log prints request paths as the
 client sent them, and vLLM's request log prints prompts: anyone who can reach the port writes
 those lines, so they never match a signature (`GET /health?x=EngineDeadError` must not restart
@@ -20,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from launcher.vllm.line_gate import WordIndex, any_of
 from launcher.vllm.signatures import SIGNATURES, LogEvent, Signature
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -43,26 +49,35 @@ _REQUEST_LOG = re.compile(r"^\s*(?:Received request|Generated response|Added req
                           r"Aborted request|Request \S+ (?:details|JSON body|prompt|params))\b")
 _MAX_LINE = 64 * 1024  # vLLM's longest real lines (argument dumps) are a few KiB; beyond this only the head counts
 _QUIET_SIGNATURES = tuple(sig for sig in SIGNATURES if sig.kind != "failure")
-# Most lines of a log carry nothing; two cheap tests turn them away. Python's regex engine skips
-# every position whose character cannot start an alternative, so each gate lists words that begin
-# with rare characters (capitals, `#`, `█`): they run at millions of lines a second.
-# - A failure line holds an error word, or one of the few failure phrases vLLM prints without one.
+# Most lines of a log carry nothing; two gates turn them away before any signature is tried.
+# - A failure line (troubled) holds an error word, or one of the few failure phrases vLLM prints without one.
 # - A capacity, progress or readiness line holds one of the quiet words.
 # tests/unit/vllm/test_classify.py checks, on every real and test line, that the gates change nothing:
 # classify() gives what trying every signature on every line gives.
 _TROUBLE = ("rror", "RROR", "RITICAL", "xception", "failed", "unexpectedly", "fatal", "Reason:", "Interrupt")
-_FAILURE_GATE = re.compile(
-    r"KV cache memory: -|KV Cache is -|# \w+ blocks: 0,|GPU blocks: 0,|The model's max seq len|To serve at least"
-    r"|Cannot access gated|Access to model|Free memory on device|CUDA out of memory|HIP out of memory"
-    r"|Engine iteration timed out|MQLLMEngine is already dead|Engine process \(pid|Worker proc|Engine core proc"
-    r"|library but it was not found")
-_QUIET_GATE = re.compile(
-    r"KV |Maximum concurrency|# |GPU blocks|Model loading|Loading|LLM engine|API server version|vLLM server version"
-    r"|\u2588|Starting|Memory profiling|Capturing|Graph capturing|Warming|Compil|Download|Fetching"
-    r"|Application startup|Shutting down|\[shutdown\] API|Replace|Engine 0|Uvicorn running|Free memory"
-    r"|vLLM instance|GiB,? kv_cache_size|Based on the available|\{'model|Namespace\("
-    r"|_seq_len=|_gpu_blocks is|Failed to extract|The following fields|-default args| in world size"
-    r"|Exception in ASGI|Directly load|\.compile t|\(profile, create")
+_FAILURE_WORDS = (
+    "KV cache memory: -", "KV Cache is -", "GPU blocks: 0,", "The model's max seq len", "To serve at least",
+    "Cannot access gated", "Access to model", "Free memory on device", "CUDA out of memory", "HIP out of memory",
+    "Engine iteration timed out", "MQLLMEngine is already dead", "Engine process (pid", "Worker proc", "Engine core proc",
+    "library but it was not found")
+_FAILURE_GATE = re.compile(r"# \w+ blocks: 0,|" + "|".join(map(re.escape, _FAILURE_WORDS)))
+_QUIET_WORDS = (
+    "KV ", "Maximum concurrency", "# ", "GPU blocks", "Model loading", "Loading", "LLM engine", "API server version",
+    "vLLM server version", "\u2588", "Starting", "Memory profiling", "Capturing", "Graph capturing", "Warming", "Compil",
+    "Download", "Fetching", "Application startup", "Shutting down", "[shutdown] API", "Replace", "Engine 0",
+    "Uvicorn running", "Free memory", "vLLM instance", "GiB kv_cache_size", "GiB, kv_cache_size",
+    "Based on the available", "{'model", "Namespace(", "_seq_len=", "_gpu_blocks is", "Failed to extract",
+    "The following fields", "-default args", " in world size", "Exception in ASGI", "Directly load", ".compile t",
+    "(profile, create")
+_QUIET_GATE = re.compile("|".join(map(re.escape, _QUIET_WORDS)))
+# The same gates, each one search that stops only at the rare characters of a line (launcher/vllm/line_gate.py).
+# `rror` has no rare character: a plain `in` finds it faster. "# " stands for `# \w+ blocks: 0,` too.
+_TROUBLE_FAST = any_of((*_TROUBLE[1:], *_FAILURE_WORDS))
+_BLOCKS_ZERO = re.compile(r"# \w+ blocks: 0,")
+_QUIET_FAST = any_of(_QUIET_WORDS)
+# Both gates in one search: a line with no word of either ends after it; one whose first word found is a trouble
+# word (the match has a `lastindex`) is troubled; after a quiet word, only the rest of the line can be.
+_FIRST_GATE = any_of(_QUIET_WORDS, marked=(*_TROUBLE[1:], *_FAILURE_WORDS))
 # vLLM's own retry of a Hub lookup (`with_retry`): `<what>: <error>, retrying 1 of 2`. The call is tried
 # again, so the error it names is not the attempt's end (the last try, if it fails, prints no such tail).
 _RETRYING = re.compile(r", retrying \d+ of \d+\s*$")
@@ -114,6 +129,96 @@ def classify(line: str) -> LogEvent | None:
 
 
 def _classify(line: str) -> LogEvent | None:
+    """`classify_plain`, read in the order that turns most lines away soonest (the same event for every line)."""
+    if (' - "' in line or "equest " in line or "esponse " in line) and is_client_text(normalize(line)[2]):
+        return _REQUEST  # a client's request reached a serving vLLM; its text carries nothing
+    first = _FIRST_GATE.search(line)
+    if first is None:
+        if "rror" not in line:
+            return None  # no word of either gate: most lines of a log end here, after one search
+        troubled, quiet = True, False
+    elif first.lastindex is not None:
+        troubled = quiet = True  # quiet: not known, and only asked where a retry undoes the trouble
+    else:
+        quiet = True
+        troubled = "rror" in line or _TROUBLE_FAST.search(line, first.start() + 1) is not None \
+            or ("# " in line and _BLOCKS_ZERO.search(line) is not None)
+    if troubled and "retrying" in line and _RETRYING.search(line) is not None:
+        troubled = False
+        quiet = _QUIET_FAST.search(line) is not None
+    if not troubled and not quiet:
+        return None
+    proc, pid, level, message = _parse(line)
+    stripped = message.lstrip()
+    if stripped.startswith(_SOURCE_LINES):
+        return None  # traceback source lines repeat the message that follows them
+    if not troubled:
+        return _first_match(line, _QUIET_TABLE, proc, pid, message, stripped)
+    # A failure that vLLM does not report at INFO or WARNING is skipped on such a record: only the rest are tried.
+    table = _QUIET_LEVEL_TABLE if level in _QUIET_LEVELS else _TABLE
+    event = _first_match(line, table, proc, pid, message, stripped)
+    if event is not None:
+        return event
+    if level in ("ERROR", "CRITICAL") and _REQUEST_PATH.search(line, 0, 400) is not None:
+        return LogEvent("serving", stripped, proc=proc, pid=pid)  # a request's error (see `_match`)
+    return _exception_event(proc, pid, level, stripped)
+
+
+def _first_match(line: str, table: _Table, proc: str | None, pid: int | None, message: str,
+                 stripped: str) -> LogEvent | None:
+    """The first signature of the table whose needle is in the raw line and whose pattern finds the message."""
+    swallowed = stripped.startswith(_SWALLOWED)
+    rows = table.rows
+    for index in table.needles.candidates(line):
+        needle, pattern, sig, failure = rows[index]
+        if needle not in line or (failure and swallowed):
+            continue
+        found = pattern.search(message)
+        if found:
+            values = sig.convert(found.groupdict()) if sig.convert else _EMPTY
+            return LogEvent(sig.kind, stripped, values, sig.failure, sig.reason, sig.fatal, proc, pid)
+    return None
+
+
+def _parse(line: str) -> tuple[str | None, int | None, str | None, str]:
+    """`normalize(line)` as (process, pid, level, message): the pid `process_of` reads, from the same match."""
+    if "\r" in line or "\n" in line:  # normalize reads the last piece, process_of the whole line
+        proc, level, message = normalize(line)
+        return proc, process_of(line)[1] if proc else None, level, message
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    match = _OUTER.match(line)
+    if match is None or match.end() == 0:
+        return None, None, None, line
+    proc = match.group("proc")
+    return proc, int(match.group("pid")) if proc else None, match.group("level") or match.group("ulevel"), \
+        line[match.end():]
+
+
+class _Table:
+    """Signatures in the table's order as (needle, pattern, signature, is a failure), and the index of their needles:
+    a line's few candidates are found in one pass, with no lookup per signature."""
+
+    def __init__(self, signatures: Iterable[Signature]) -> None:
+        self.rows = tuple((sig.needle, sig.pattern, sig, sig.kind == "failure") for sig in signatures)
+        self.needles = WordIndex([row[0] for row in self.rows])
+
+
+_TABLE = _Table(SIGNATURES)
+_QUIET_TABLE = _Table(_QUIET_SIGNATURES)
+_QUIET_LEVEL_TABLE = _Table(sig for sig in SIGNATURES if sig.kind != "failure" or sig.any_level)
+
+
+def classify_plain(line: str) -> LogEvent | None:
+    """`classify` as plainly as it can be written: each gate word, then each signature, tried in turn. The
+    reference of tests/unit/vllm/test_classify.py and of benchmarks/classifier.py; `classify` gives the same."""
+    try:
+        return _classify_plain(line[:_MAX_LINE])
+    except (ValueError, TypeError, IndexError, KeyError, OverflowError, re.error):
+        return None
+
+
+def _classify_plain(line: str) -> LogEvent | None:
     if (' - "' in line or "equest " in line or "esponse " in line) and is_client_text(normalize(line)[2]):
         return _REQUEST  # a client's request (access or request log) reached a serving vLLM; its text carries nothing
     troubled = _troubled(line) and not ("retrying" in line and _RETRYING.search(line) is not None)
