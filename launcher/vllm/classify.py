@@ -72,12 +72,15 @@ _QUIET_WORDS = (
 _QUIET_GATE = re.compile("|".join(map(re.escape, _QUIET_WORDS)))
 # The same gates, each one search that stops only at the rare characters of a line (launcher/vllm/line_gate.py).
 # `rror` has no rare character: a plain `in` finds it faster. "# " stands for `# \w+ blocks: 0,` too.
-_TROUBLE_FAST = any_of((*_TROUBLE[1:], *_FAILURE_WORDS))
 _BLOCKS_ZERO = re.compile(r"# \w+ blocks: 0,")
 _QUIET_FAST = any_of(_QUIET_WORDS)
-# Both gates in one search: a line with no word of either ends after it; one whose first word found is a trouble
-# word (the match has a `lastindex`) is troubled; after a quiet word, only the rest of the line can be.
-_FIRST_GATE = any_of(_QUIET_WORDS, marked=(*_TROUBLE[1:], *_FAILURE_WORDS))
+# Words of a traceback that hold no gate word. Diagnoser.feed reads the lines that hold one or an error word.
+TRACEBACK_WORDS = ('File "', "processing method", "cuda.graph(", "Traceback (most recent call last)")
+# Both gates, and the traceback words, in one search: a line with none of them ends after it. A trouble word found
+# first (`lastgroup` t…) makes the line troubled; after a quiet or a traceback word, only the rest can be.
+_FIRST_GATE = any_of(_QUIET_WORDS, marked={"t": (*_TROUBLE[1:], *_FAILURE_WORDS), "b": TRACEBACK_WORDS})
+# The rest of a line: a trouble word (t…), or a traceback word that the fold wants to know of.
+_TROUBLE_FAST = any_of(TRACEBACK_WORDS, marked={"t": (*_TROUBLE[1:], *_FAILURE_WORDS)})
 # vLLM's own retry of a Hub lookup (`with_retry`): `<what>: <error>, retrying 1 of 2`. The call is tried
 # again, so the error it names is not the attempt's end (the last try, if it fails, prints no such tail).
 _RETRYING = re.compile(r", retrying \d+ of \d+\s*$")
@@ -90,6 +93,7 @@ _EXCEPTION = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt
 _QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING"})
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _REQUEST = LogEvent("request", "")
+_Parsed = tuple[str | None, int | None, str | None, str]  # a line's process, pid, level and message
 _SOURCE_LINES = ("raise ", 'File "', "assert ")
 
 
@@ -123,55 +127,78 @@ def is_client_text(message: str) -> bool:
 def classify(line: str) -> LogEvent | None:
     """The event one raw log line carries, or None for the many lines that say nothing we use. Never raises."""
     try:
-        return _classify(line[:_MAX_LINE])
+        return _classify(line[:_MAX_LINE])[0]
     except (ValueError, TypeError, IndexError, KeyError, OverflowError, re.error):
         return None  # a malformed number or an odd line: no event, and the pump goes on
 
 
-def _classify(line: str) -> LogEvent | None:
-    """`classify_plain`, read in the order that turns most lines away soonest (the same event for every line)."""
+def read_line(line: str) -> tuple[LogEvent | None, bool]:
+    """`classify(line)`, and False where the line holds no word of TRACEBACK_WORDS and no error word (`RROR`,
+    `RITICAL`, `xception`): the fold's own look at a line's traceback and error words can skip it. Never raises."""
+    try:
+        return _classify(line[:_MAX_LINE])
+    except (ValueError, TypeError, IndexError, KeyError, OverflowError, re.error):
+        return None, True
+
+
+def _classify(line: str) -> tuple[LogEvent | None, bool]:
+    """`classify_plain`, read in the order that turns most lines away soonest (the same event for every line),
+    and whether the line may hold a traceback or error word (see `read_line`)."""
     if (' - "' in line or "equest " in line or "esponse " in line) and is_client_text(normalize(line)[2]):
-        return _REQUEST  # a client's request reached a serving vLLM; its text carries nothing
+        return _REQUEST, True  # a client's request reached a serving vLLM; its text carries nothing
     first = _FIRST_GATE.search(line)
     if first is None:
         if "rror" not in line:
-            return None  # no word of either gate: most lines of a log end here, after one search
-        troubled, quiet = True, False
-    elif first.lastindex is not None:
-        troubled = quiet = True  # quiet: not known, and only asked where a retry undoes the trouble
-    else:
-        quiet = True
-        troubled = "rror" in line or _TROUBLE_FAST.search(line, first.start() + 1) is not None \
-            or ("# " in line and _BLOCKS_ZERO.search(line) is not None)
+            return None, False  # no word of either gate: most lines of a log end here, after one search
+        troubled, quiet, words = True, False, True
+    elif first.lastgroup is not None and first.lastgroup[0] == "t":
+        troubled = quiet = words = True  # quiet: not known, and only asked where a retry undoes the trouble
+    else:  # a quiet or a traceback word first: a trouble word stands after it, if anywhere
+        words = first.lastgroup is not None
+        found = _TROUBLE_FAST.search(line, first.start() + 1)
+        while found is not None and found.lastgroup is None:  # a traceback word (the search finds them too)
+            words = True
+            found = _TROUBLE_FAST.search(line, found.start() + 1)
+        troubled = found is not None or "rror" in line or ("# " in line and _BLOCKS_ZERO.search(line) is not None)
+        quiet = first.lastgroup is None or _QUIET_FAST.search(line, first.start()) is not None
+        words = words or troubled  # an untroubled line holds no error word, only traceback words can stand
     if troubled and "retrying" in line and _RETRYING.search(line) is not None:
         troubled = False
         quiet = _QUIET_FAST.search(line) is not None
-    if not troubled and not quiet:
-        return None
-    proc, pid, level, message = _parse(line)
-    stripped = message.lstrip()
-    if stripped.startswith(_SOURCE_LINES):
-        return None  # traceback source lines repeat the message that follows them
     if not troubled:
-        return _first_match(line, _QUIET_TABLE, proc, pid, message, stripped)
+        # The line is parsed only when a needle is in it (most quiet lines are progress bars): `_first_match`.
+        return (_first_match(line, _QUIET_TABLE, None) if quiet else None), words
+    parsed = _parse(line)
+    if parsed[3].lstrip().startswith(_SOURCE_LINES):
+        return None, True  # traceback source lines repeat the message that follows them
     # A failure that vLLM does not report at INFO or WARNING is skipped on such a record: only the rest are tried.
-    table = _QUIET_LEVEL_TABLE if level in _QUIET_LEVELS else _TABLE
-    event = _first_match(line, table, proc, pid, message, stripped)
+    event = _first_match(line, _QUIET_LEVEL_TABLE if parsed[2] in _QUIET_LEVELS else _TABLE, parsed)
     if event is not None:
-        return event
+        return event, True
+    proc, pid, level, message = parsed
     if level in ("ERROR", "CRITICAL") and _REQUEST_PATH.search(line, 0, 400) is not None:
-        return LogEvent("serving", stripped, proc=proc, pid=pid)  # a request's error (see `_match`)
-    return _exception_event(proc, pid, level, stripped)
+        return LogEvent("serving", message.lstrip(), proc=proc, pid=pid), True  # a request's error (see `_match`)
+    return _exception_event(proc, pid, level, message.lstrip()), True
 
 
-def _first_match(line: str, table: _Table, proc: str | None, pid: int | None, message: str,
-                 stripped: str) -> LogEvent | None:
-    """The first signature of the table whose needle is in the raw line and whose pattern finds the message."""
-    swallowed = stripped.startswith(_SWALLOWED)
+def _first_match(line: str, table: _Table, parsed: _Parsed | None) -> LogEvent | None:
+    """The first signature of the table whose needle is in the raw line and whose pattern finds the message. The
+    line is parsed at its first needle (`parsed`: already); a traceback source line has no event."""
     rows = table.rows
+    proc: str | None = None
+    pid: int | None = None
+    message = ""
+    stripped: str | None = None
     for index in table.needles.candidates(line):
         needle, pattern, sig, failure = rows[index]
-        if needle not in line or (failure and swallowed):
+        if needle not in line:
+            continue
+        if stripped is None:
+            proc, pid, _, message = parsed or _parse(line)
+            stripped = message.lstrip()
+            if parsed is None and stripped.startswith(_SOURCE_LINES):
+                return None
+        if failure and stripped.startswith(_SWALLOWED):
             continue
         found = pattern.search(message)
         if found:
@@ -180,7 +207,7 @@ def _first_match(line: str, table: _Table, proc: str | None, pid: int | None, me
     return None
 
 
-def _parse(line: str) -> tuple[str | None, int | None, str | None, str]:
+def _parse(line: str) -> _Parsed:
     """`normalize(line)` as (process, pid, level, message): the pid `process_of` reads, from the same match."""
     if "\r" in line or "\n" in line:  # normalize reads the last piece, process_of the whole line
         proc, level, message = normalize(line)

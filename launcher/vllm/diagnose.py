@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from launcher.vllm.classify import classify, normalize
+from launcher.vllm.classify import TRACEBACK_WORDS, normalize, read_line
 from launcher.vllm.phases import PhaseClock, line_time, timed
 from launcher.vllm.signatures import (
     CONFIG,
@@ -95,7 +95,7 @@ _STARTUP_EVIDENCE = ACQUITTING | {"request", "serving", "version", "joined"}
 _JOINED = frozenset({"joined", "model_loading", "available_kv", "kv_tokens"})
 # An exception line, `[module.]TypeError: text`: the last line of a traceback.
 _EXCEPTION_FORM = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)\b")
-_TRACEBACK = "Traceback (most recent call last)"
+_TRACEBACK = TRACEBACK_WORDS[3]  # "Traceback (most recent call last)"
 _CHAINED = ("The above exception was the direct cause of the following exception",
             "During handling of the above exception, another exception occurred")
 _TRACEBACK_SPAN = 400  # lines after a traceback's header in which its final exception is looked for
@@ -192,6 +192,17 @@ class Diagnoser:
 
     def feed(self, line: str) -> LogEvent | None:
         self.lines += 1
+        # read_line's one search tells the lines that hold none of the words below (most of a log), and their
+        # event; it reads a line's first 64 KiB, so a longer line is looked at here in any case.
+        event, words = read_line(line)
+        if words or len(line) > 4096:
+            self._traceback_words(line)
+        if event is not None:
+            self.observe(event)
+        return event
+
+    def _traceback_words(self, line: str) -> None:
+        """Frames, traceback headers and error records: what the fold reads of a line besides its event."""
         if ("File \"" in line or "processing method" in line or "cuda.graph(" in line) and len(line) < 4096:
             found = _FRAME.search(line)
             if found:
@@ -200,18 +211,14 @@ class Diagnoser:
             if len(self.tracebacks) >= _MAX_TRACEBACKS:  # hostile lines naming endless processes stay bounded
                 self.tracebacks.clear()
             self.tracebacks[normalize(line)[0]] = self.lines
-        elif (_CHAINED[0] in line or _CHAINED[1] in line) and self.confirmed == "traceback" \
+        elif self.confirmed == "traceback" and (_CHAINED[0] in line or _CHAINED[1] in line) \
                 and self.lines - (self.failure_line or 0) <= 3:
             # The failure was only a cause: another exception follows, and that one ends the traceback.
             self.confirmed = None
-        if ("ERROR" in line or "CRITICAL" in line) and not self.errors:
-            self.first_error = normalize(line[:4096])[2].strip()
         if "ERROR" in line or "CRITICAL" in line:
+            if not self.errors:
+                self.first_error = normalize(line[:4096])[2].strip()
             self.errors += 1
-        event = classify(line)
-        if event is not None:
-            self.observe(event)
-        return event
 
     def _ends_traceback(self, event: LogEvent) -> bool:
         """The event is the final exception of a traceback its process printed (and closes that traceback)."""

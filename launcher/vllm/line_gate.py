@@ -10,7 +10,7 @@ line instead of at every space and vowel, and a line that holds none of the word
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 # The ASCII characters of vLLM's logs, most frequent first (counted over tests/data/logs). A word starts its
 # match at its character that comes last here; one not listed at all (non-ASCII) counts as rarer still.
@@ -37,20 +37,23 @@ def _tail(word: str) -> tuple[str, str]:
     return word[at], behind + re.escape(word[at + 1:])
 
 
-def any_of(words: Iterable[str], marked: Iterable[str] = ()) -> re.Pattern[str]:
+def any_of(words: Iterable[str], marked: Mapping[str, Iterable[str]] | None = None) -> re.Pattern[str]:
     """One compiled search that finds a line holding any of the words (and only such a line).
 
-    A match of a `marked` word has a `lastindex` (an empty group closes its branch), a match of the others none;
-    where a marked word and another stand at the same place the marked one is found. The branches are grouped
-    by their first character: at each place it stops, the engine compares that character with each group's.
+    `marked` names further words by a letter: a match of one has that letter first in its `lastgroup` (an empty
+    named group closes its branch), a match of a plain word has no `lastgroup`. Where words stand at the same
+    place, the marked ones are found first, in the order of `marked`. The branches are grouped by their first
+    character: at each place it stops, the engine compares that character with each group's.
     """
-    marks = set(marked)
     tails: dict[str, list[str]] = {}
-    for word in [*sorted(marks), *sorted(set(words) - marks)]:  # sorted: the same pattern on every run
+    ordered = [(f"{letter}{number}", word) for letter, group in (marked or {}).items()
+               for number, word in enumerate(sorted(set(group)))]
+    ordered += [("", word) for word in sorted(set(words))]  # sorted: the same pattern on every run
+    for name, word in ordered:
         if not word:
             raise ValueError("an empty word would match every line")
         char, tail = _tail(word)
-        tails.setdefault(char, []).append(tail + "()" if word in marks else tail)
+        tails.setdefault(char, []).append(f"{tail}(?P<{name}>)" if name else tail)
     branches = [re.escape(char) if group == [""] else f"{re.escape(char)}(?:{'|'.join(group)})"
                 for char, group in sorted(tails.items(), key=_commonest_first)]  # "": a one-character word
     return re.compile("|".join(branches))

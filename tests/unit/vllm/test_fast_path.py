@@ -14,7 +14,15 @@ from functools import cache
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from launcher.vllm.classify import _FAILURE_WORDS, _QUIET_WORDS, _TROUBLE, classify, classify_plain
+from launcher.vllm.classify import (
+    _FAILURE_WORDS,
+    _QUIET_WORDS,
+    _TROUBLE,
+    TRACEBACK_WORDS,
+    classify,
+    classify_plain,
+    read_line,
+)
 from launcher.vllm.signatures import SIGNATURES
 from tests.conftest import DATA
 
@@ -80,3 +88,13 @@ def test_real_event_lines_cut_and_mixed_give_the_plain_event(data: st.DataObject
     mixed = head + line[:cut] + inside + line[cut:] + tail
     assert same(mixed), mixed
     assert same(line[:cut]) and same(line[cut:])
+
+
+def test_a_line_read_as_holding_no_traceback_word_holds_none() -> None:
+    """Diagnoser.feed skips its look for traceback and error words where read_line says the line holds none."""
+    words = (*TRACEBACK_WORDS, "The above exception", "During handling of the above exception", "ERROR", "CRITICAL")
+    lines = [*known_lines(), *(f"x {word} y" for word in words)]
+    missed = [line[:200] for line in lines if any(word in line for word in words) and not read_line(line)[1]]
+    assert not missed, missed[:5]
+    assert sum(not read_line(line)[1] for line in lines) > len(lines) // 3  # and most lines are skipped
+    assert all(read_line(line)[0] == classify(line) for line in lines[:3000])

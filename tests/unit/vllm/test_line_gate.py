@@ -25,13 +25,20 @@ def test_any_of_finds_exactly_the_lines_holding_a_word(words: list[str], line: s
 
 
 @settings(max_examples=600, deadline=None)
-@given(WORDS, WORDS, st.text(ALPHABET, max_size=30))
-def test_a_marked_word_found_first_is_known_by_its_group(words: list[str], marked: list[str], line: str) -> None:
-    found = any_of(words, marked=marked).search(line)
-    assert (found is not None) == any(word in line for word in [*words, *marked])
-    if found is not None and found.lastindex is None:
-        # The first word found is unmarked: no marked word stands at or before its place.
-        assert not any(word in line[:found.start() + len(word) - rarest(word)] for word in marked)
+@given(WORDS, WORDS, WORDS, st.text(ALPHABET, max_size=30))
+def test_a_marked_word_found_first_is_known_by_its_letter(words: list[str], first: list[str], second: list[str],
+                                                          line: str) -> None:
+    found = any_of(words, marked={"f": first, "s": second}).search(line)
+    assert (found is not None) == any(word in line for word in [*words, *first, *second])
+    if found is None:
+        return
+    letter = found.lastgroup[0] if found.lastgroup else ""
+    group = {"f": first, "s": second, "": words}[letter]
+    assert any(line[found.start() - rarest(word):].startswith(word) for word in group)
+    # No word stands at an earlier place, nor at the same place with a letter found before this one's.
+    before = {"f": [], "s": first, "": [*first, *second]}[letter]
+    assert not any(word in line[:found.start() - rarest(word) + len(word) - 1] for word in [*words, *first, *second])
+    assert not any(word in line[:found.start() - rarest(word) + len(word)] for word in before)
 
 
 @settings(max_examples=600, deadline=None)
