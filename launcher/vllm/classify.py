@@ -215,11 +215,11 @@ def _parse(line: str) -> _Parsed:
     if "\x1b" in line:
         line = _ANSI.sub("", line)
     match = _OUTER.match(line)
-    if match is None or match.end() == 0:
+    if match is None or not match.end():
         return None, None, None, line
-    proc = match.group("proc")
-    return proc, int(match.group("pid")) if proc else None, match.group("level") or match.group("ulevel"), \
-        line[match.end():]
+    end = match.end()
+    proc, pid, level, ulevel = match.group("proc", "pid", "level", "ulevel")
+    return proc, int(pid) if proc else None, level or ulevel, line[end:]
 
 
 class _Table:

@@ -230,6 +230,11 @@ class Diagnoser:
 
     def observe(self, event: LogEvent) -> None:
         kind = event.kind
+        if kind == "request" and self.completed and self.started and not event.values:
+            # A served request once the start-up is known complete (a serving vLLM's access log: most events of
+            # a long log) moves only the last progress: the rest below would set what is already set.
+            self.last_progress_line = self.lines
+            return
         if kind == "failure":
             self._failure(event)
         elif kind == "exception":
