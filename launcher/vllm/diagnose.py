@@ -16,6 +16,7 @@ Confirmation changes *whether* the launcher acts, never *what* it does: the clas
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -107,6 +108,7 @@ _AFTER_STARTUP_REASONS = frozenset({"port_in_use"})
 _RANK_SUFFIX = re.compile(r"[_ ]?(?:TP|PP|DP|EP|rank)?\d+$")  # one suffix; linear on any name
 
 
+@functools.lru_cache(maxsize=256)  # a log names a few processes, each on every line it prints; bounded for any other
 def _rank_kind(name: str) -> str:
     """`Worker_PP0_TP1` → `Worker`: the name without its rank suffixes (at most three are stripped)."""
     for _ in range(3):
