@@ -7,9 +7,9 @@ Lines are normalised first: ANSI colours and `\\r` continuations stripped, then 
 timestamp, `[rank0]:`, `(EngineCore pid=…)` and `LEVEL date [file:line]` prefixes removed.
 
 `classify_plain` says what a line means the plain way: each gate word, then each signature, tried in turn.
-`classify` gives the same event, faster (it runs on every line): one search for the gates' words turns most lines
-away, the prefix is parsed once, and only the signatures whose needle's rarest character the line holds are
-tried (launcher/vllm/line_gate.py; tests/unit/vllm/test_fast_path.py holds the two to the same events).
+`classify` gives the same event, faster: one search for the gates' words turns most lines away, the prefix is
+parsed once, and only the signatures whose needle's rarest character the line holds are tried
+(launcher/vllm/line_gate.py; tests/unit/vllm/test_fast_path.py holds the two to the same events).
 
 Only vLLM's own records can carry an event. uvicorn's access log prints request paths as the
 client sent them, and vLLM's request log prints prompts: anyone who can reach the port writes
@@ -238,7 +238,7 @@ _QUIET_LEVEL_TABLE = _Table(sig for sig in SIGNATURES if sig.kind != "failure" o
 
 def classify_plain(line: str) -> LogEvent | None:
     """`classify` as plainly as it can be written: each gate word, then each signature, tried in turn. The
-    reference of tests/unit/vllm/test_classify.py and of benchmarks/classifier.py; `classify` gives the same."""
+    reference of tests/unit/vllm/test_fast_path.py and of benchmarks/classifier.py; `classify` gives the same."""
     try:
         return _classify_plain(line[:_MAX_LINE])
     except (ValueError, TypeError, IndexError, KeyError, OverflowError, re.error):
