@@ -14,7 +14,8 @@ from typing import Any
 import yaml
 
 from launcher.vllm.classify import normalize
-from launcher.vllm.diagnose import Diagnosis, diagnose_lines
+from launcher.vllm.diagnose import diagnose_lines
+from launcher.vllm.diagnosis import Diagnosis
 from launcher.vllm.signatures import OK
 
 REAL = Path(__file__).resolve().parent / "data" / "logs" / "real"

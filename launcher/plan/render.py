@@ -12,7 +12,7 @@ from launcher.vllm.signatures import OK
 if TYPE_CHECKING:
     from launcher.plan.problems import PreflightResult
     from launcher.plan.report import PlanReport
-    from launcher.vllm.diagnose import Diagnosis
+    from launcher.vllm.diagnosis import Diagnosis
 
 
 def _gib(n: int) -> str:

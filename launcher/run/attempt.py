@@ -41,7 +41,7 @@ from launcher.run.supervisor import Child, Ending, EndKind, outcome
 from launcher.runstate import Phase, Written
 from launcher.vllm import api, command
 from launcher.vllm.config_reasons import ConfigReason
-from launcher.vllm.diagnose import Diagnosis
+from launcher.vllm.diagnosis import Diagnosis
 from launcher.vllm.phases import PhaseClock, observe, timed
 from launcher.vllm.signatures import CONFIG, EventKind, LogEvent
 

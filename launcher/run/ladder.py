@@ -18,7 +18,7 @@ from launcher.plan.preflight import FREE_MARGIN, lower_rung_that_fits
 from launcher.units import GIB
 from launcher.vllm.command import Overrides, effective_flags
 from launcher.vllm.config_reasons import config_fix
-from launcher.vllm.diagnose import Diagnosis
+from launcher.vllm.diagnosis import Diagnosis
 from launcher.vllm.signatures import (
     COMPILE_CACHE,
     CONFIG,

@@ -28,7 +28,8 @@ import structlog
 from launcher.errors import ConfigError
 from launcher.run import logs
 from launcher.run.agentprobe import PARSER_ERROR
-from launcher.vllm.diagnose import Diagnoser, Diagnosis
+from launcher.vllm.diagnose import Diagnoser
+from launcher.vllm.diagnosis import Diagnosis
 from launcher.vllm.signatures import EventKind, LogEvent
 
 TAIL_LINES = 50

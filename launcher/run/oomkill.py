@@ -13,7 +13,7 @@ import dataclasses
 from pathlib import Path
 
 from launcher.run.ladder import HOST_OOM
-from launcher.vllm.diagnose import Diagnosis
+from launcher.vllm.diagnosis import Diagnosis
 from launcher.vllm.signatures import ENGINE_DEAD, OK, STARTUP_MEMORY, UNKNOWN
 
 PROC_CGROUP = Path("/proc/self/cgroup")

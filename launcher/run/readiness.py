@@ -6,7 +6,7 @@ from __future__ import annotations
 from launcher.config.profile import Requirements, parse_max_model_len
 from launcher.run.supervisor import Ending, EndKind
 from launcher.vllm.command import Plan
-from launcher.vllm.diagnose import Diagnosis
+from launcher.vllm.diagnosis import Diagnosis
 from launcher.vllm.signatures import KV_INSUFFICIENT
 from launcher.vllm.versions import DEFAULT_BLOCK_SIZE
 

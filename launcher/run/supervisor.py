@@ -41,7 +41,8 @@ from launcher.run.processes import (
     tree,
 )
 from launcher.vllm.command import CHILD_ENV, Plan, exec_problem
-from launcher.vllm.diagnose import Diagnoser, Diagnosis
+from launcher.vllm.diagnose import Diagnoser
+from launcher.vllm.diagnosis import Diagnosis
 from launcher.vllm.versions import DEFAULT_BLOCK_SIZE
 
 log = structlog.get_logger("vllm_launch")

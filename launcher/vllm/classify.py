@@ -6,6 +6,11 @@ malformed, long or binary, makes it raise, so the log pump that calls it can nev
 Lines are normalised first: ANSI colours and `\\r` continuations stripped, then docker-compose,
 timestamp, `[rank0]:`, `(EngineCore pid=…)` and `LEVEL date [file:line]` prefixes removed.
 
+`classify_plain` says what a line means the plain way: each gate word, then each signature, tried in turn.
+`classify` gives the same event, faster: one search for the gates' words turns most lines away, the prefix is
+parsed once, and only the signatures whose needle's rarest character the line holds are tried
+(launcher/vllm/line_gate.py; tests/unit/vllm/test_fast_path.py holds the two to the same events).
+
 Only vLLM's own records can carry an event. uvicorn's access log prints request paths as the
 client sent them, and vLLM's request log prints prompts: anyone who can reach the port writes
 those lines, so they never match a signature (`GET /health?x=EngineDeadError` must not restart
@@ -20,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from launcher.vllm.line_gate import WordIndex, any_of
 from launcher.vllm.signatures import SIGNATURES, EventKind, LogEvent, Signature
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -43,26 +49,38 @@ _REQUEST_LOG = re.compile(r"^\s*(?:Received request|Generated response|Added req
                           r"Aborted request|Request \S+ (?:details|JSON body|prompt|params))\b")
 _MAX_LINE = 64 * 1024  # vLLM's longest real lines (argument dumps) are a few KiB; beyond this only the head counts
 _QUIET_SIGNATURES = tuple(sig for sig in SIGNATURES if sig.kind != EventKind.FAILURE)
-# Most lines of a log carry nothing; two cheap tests turn them away. Python's regex engine skips
-# every position whose character cannot start an alternative, so each gate lists words that begin
-# with rare characters (capitals, `#`, `█`): they run at millions of lines a second.
-# - A failure line holds an error word, or one of the few failure phrases vLLM prints without one.
+# Most lines of a log carry nothing; two gates turn them away before any signature is tried.
+# - A failure line (troubled) holds an error word, or one of the few failure phrases vLLM prints without one.
 # - A capacity, progress or readiness line holds one of the quiet words.
 # tests/unit/vllm/test_classify.py checks, on every real and test line, that the gates change nothing:
 # classify() gives what trying every signature on every line gives.
 _TROUBLE = ("rror", "RROR", "RITICAL", "xception", "failed", "unexpectedly", "fatal", "Reason:", "Interrupt")
-_FAILURE_GATE = re.compile(
-    r"KV cache memory: -|KV Cache is -|# \w+ blocks: 0,|GPU blocks: 0,|The model's max seq len|To serve at least"
-    r"|Cannot access gated|Access to model|Free memory on device|CUDA out of memory|HIP out of memory"
-    r"|Engine iteration timed out|MQLLMEngine is already dead|Engine process \(pid|Worker proc|Engine core proc"
-    r"|library but it was not found")
-_QUIET_GATE = re.compile(
-    r"KV |Maximum concurrency|# |GPU blocks|Model loading|Loading|LLM engine|API server version|vLLM server version"
-    r"|\u2588|Starting|Memory profiling|Capturing|Graph capturing|Warming|Compil|Download|Fetching"
-    r"|Application startup|Shutting down|\[shutdown\] API|Replace|Engine 0|Uvicorn running|Free memory"
-    r"|vLLM instance|GiB,? kv_cache_size|Based on the available|\{'model|Namespace\("
-    r"|_seq_len=|_gpu_blocks is|Failed to extract|The following fields|-default args| in world size"
-    r"|Exception in ASGI|Directly load|\.compile t|\(profile, create")
+_FAILURE_WORDS = (
+    "KV cache memory: -", "KV Cache is -", "GPU blocks: 0,", "The model's max seq len", "To serve at least",
+    "Cannot access gated", "Access to model", "Free memory on device", "CUDA out of memory", "HIP out of memory",
+    "Engine iteration timed out", "MQLLMEngine is already dead", "Engine process (pid", "Worker proc", "Engine core proc",
+    "library but it was not found")
+_FAILURE_GATE = re.compile(r"# \w+ blocks: 0,|" + "|".join(map(re.escape, _FAILURE_WORDS)))
+_QUIET_WORDS = (
+    "KV ", "Maximum concurrency", "# ", "GPU blocks", "Model loading", "Loading", "LLM engine", "API server version",
+    "vLLM server version", "\u2588", "Starting", "Memory profiling", "Capturing", "Graph capturing", "Warming", "Compil",
+    "Download", "Fetching", "Application startup", "Shutting down", "[shutdown] API", "Replace", "Engine 0",
+    "Uvicorn running", "Free memory", "vLLM instance", "GiB kv_cache_size", "GiB, kv_cache_size",
+    "Based on the available", "maximum model length is", "{'model", "Namespace(", "_seq_len=", "_gpu_blocks is", "Failed to extract",
+    "The following fields", "-default args", " in world size", "Exception in ASGI", "Directly load", ".compile t",
+    "(profile, create")
+_QUIET_GATE = re.compile("|".join(map(re.escape, _QUIET_WORDS)))
+# The same gates, each one search that stops only at the rare characters of a line (launcher/vllm/line_gate.py).
+# `rror` has no rare character: a plain `in` finds it faster. "# " stands for `# \w+ blocks: 0,` too.
+_BLOCKS_ZERO = re.compile(r"# \w+ blocks: 0,")
+_QUIET_FAST = any_of(_QUIET_WORDS)
+# Words of a traceback that hold no gate word. Diagnoser.feed reads the lines that hold one or an error word.
+TRACEBACK_WORDS = ('File "', "processing method", "cuda.graph(", "Traceback (most recent call last)")
+# Both gates, and the traceback words, in one search: a line with none of them ends after it. A trouble word found
+# first (`lastgroup` t…) makes the line troubled; after a quiet or a traceback word, only the rest can be.
+_FIRST_GATE = any_of(_QUIET_WORDS, marked={"t": (*_TROUBLE[1:], *_FAILURE_WORDS), "b": TRACEBACK_WORDS})
+# The rest of a line: a trouble word (t…), or a traceback word that the fold wants to know of.
+_TROUBLE_FAST = any_of(TRACEBACK_WORDS, marked={"t": (*_TROUBLE[1:], *_FAILURE_WORDS)})
 # vLLM's own retry of a Hub lookup (`with_retry`): `<what>: <error>, retrying 1 of 2`. The call is tried
 # again, so the error it names is not the attempt's end (the last try, if it fails, prints no such tail).
 _RETRYING = re.compile(r", retrying \d+ of \d+\s*$")
@@ -75,6 +93,7 @@ _EXCEPTION = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt
 _QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING"})
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _REQUEST = LogEvent(EventKind.REQUEST, "")
+_Parsed = tuple[str | None, int | None, str | None, str]  # a line's process, pid, level and message
 _SOURCE_LINES = ("raise ", 'File "', "assert ")
 
 
@@ -108,12 +127,125 @@ def is_client_text(message: str) -> bool:
 def classify(line: str) -> LogEvent | None:
     """The event one raw log line carries, or None for the many lines that say nothing we use. Never raises."""
     try:
-        return _classify(line[:_MAX_LINE])
+        return _classify(line[:_MAX_LINE])[0]
     except (ValueError, TypeError, IndexError, KeyError, OverflowError, re.error):
         return None  # a malformed number or an odd line: no event, and the pump goes on
 
 
-def _classify(line: str) -> LogEvent | None:
+def read_line(line: str) -> tuple[LogEvent | None, bool]:
+    """`classify(line)`, and False where the line holds no word of TRACEBACK_WORDS and no error word (`RROR`,
+    `RITICAL`, `xception`): the fold's own look at a line's traceback and error words can skip it. Never raises."""
+    try:
+        return _classify(line[:_MAX_LINE])
+    except (ValueError, TypeError, IndexError, KeyError, OverflowError, re.error):
+        return None, True
+
+
+def _classify(line: str) -> tuple[LogEvent | None, bool]:
+    """`classify_plain`, read in the order that turns most lines away soonest (the same event for every line),
+    and whether the line may hold a traceback or error word (see `read_line`)."""
+    if (' - "' in line or "equest " in line or "esponse " in line) and is_client_text(normalize(line)[2]):
+        return _REQUEST, True  # a client's request reached a serving vLLM; its text carries nothing
+    first = _FIRST_GATE.search(line)
+    if first is None:
+        if "rror" not in line:
+            return None, False  # no word of either gate: most lines of a log end here, after one search
+        troubled, quiet, words = True, False, True
+    elif first.lastgroup is not None and first.lastgroup[0] == "t":
+        troubled = quiet = words = True  # quiet: not known, and only asked where a retry undoes the trouble
+    else:  # a quiet or a traceback word first: a trouble word stands after it, if anywhere
+        words = first.lastgroup is not None
+        found = _TROUBLE_FAST.search(line, first.start() + 1)
+        while found is not None and found.lastgroup is None:  # a traceback word (the search finds them too)
+            words = True
+            found = _TROUBLE_FAST.search(line, found.start() + 1)
+        troubled = found is not None or "rror" in line or ("# " in line and _BLOCKS_ZERO.search(line) is not None)
+        quiet = first.lastgroup is None or _QUIET_FAST.search(line, first.start()) is not None
+        words = words or troubled  # an untroubled line holds no error word, only traceback words can stand
+    if troubled and "retrying" in line and _RETRYING.search(line) is not None:
+        troubled = False
+        quiet = _QUIET_FAST.search(line) is not None
+    if not troubled:
+        # The line is parsed only when a needle is in it (most quiet lines are progress bars): `_first_match`.
+        return (_first_match(line, _QUIET_TABLE, None) if quiet else None), words
+    parsed = _parse(line)
+    if parsed[3].lstrip().startswith(_SOURCE_LINES):
+        return None, True  # traceback source lines repeat the message that follows them
+    # A failure that vLLM does not report at INFO or WARNING is skipped on such a record: only the rest are tried.
+    event = _first_match(line, _QUIET_LEVEL_TABLE if parsed[2] in _QUIET_LEVELS else _TABLE, parsed)
+    if event is not None:
+        return event, True
+    proc, pid, level, message = parsed
+    if level in ("ERROR", "CRITICAL") and _REQUEST_PATH.search(line, 0, 400) is not None:
+        return LogEvent(EventKind.SERVING, message.lstrip(), proc=proc, pid=pid), True  # a request's error (see `_match`)
+    return _exception_event(proc, pid, level, message.lstrip()), True
+
+
+def _first_match(line: str, table: _Table, parsed: _Parsed | None) -> LogEvent | None:
+    """The first signature of the table whose needle is in the raw line and whose pattern finds the message. The
+    line is parsed at its first needle (`parsed`: already); a traceback source line has no event."""
+    rows = table.rows
+    proc: str | None = None
+    pid: int | None = None
+    message = ""
+    stripped: str | None = None
+    for index in table.needles.candidates(line):
+        needle, pattern, sig, failure = rows[index]
+        if needle not in line:
+            continue
+        if stripped is None:
+            proc, pid, _, message = parsed or _parse(line)
+            stripped = message.lstrip()
+            if parsed is None and stripped.startswith(_SOURCE_LINES):
+                return None
+        if failure and stripped.startswith(_SWALLOWED):
+            continue
+        found = pattern.search(message)
+        if found:
+            values = sig.convert(found.groupdict()) if sig.convert else _EMPTY
+            return LogEvent(sig.kind, stripped, values, sig.failure, sig.reason, sig.fatal, proc, pid)
+    return None
+
+
+def _parse(line: str) -> _Parsed:
+    """`normalize(line)` as (process, pid, level, message): the pid `process_of` reads, from the same match."""
+    if "\r" in line or "\n" in line:  # normalize reads the last piece, process_of the whole line
+        proc, level, message = normalize(line)
+        return proc, process_of(line)[1] if proc else None, level, message
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    match = _OUTER.match(line)
+    if match is None or not match.end():
+        return None, None, None, line
+    end = match.end()
+    proc, pid, level, ulevel = match.group("proc", "pid", "level", "ulevel")
+    return proc, int(pid) if proc else None, level or ulevel, line[end:]
+
+
+class _Table:
+    """Signatures in the table's order as (needle, pattern, signature, is a failure), and the index of their needles:
+    a line's few candidates are found in one pass, with no lookup per signature."""
+
+    def __init__(self, signatures: Iterable[Signature]) -> None:
+        self.rows = tuple((sig.needle, sig.pattern, sig, sig.kind == EventKind.FAILURE) for sig in signatures)
+        self.needles = WordIndex([row[0] for row in self.rows])
+
+
+_TABLE = _Table(SIGNATURES)
+_QUIET_TABLE = _Table(_QUIET_SIGNATURES)
+_QUIET_LEVEL_TABLE = _Table(sig for sig in SIGNATURES if sig.kind != EventKind.FAILURE or sig.any_level)
+
+
+def classify_plain(line: str) -> LogEvent | None:
+    """`classify` as plainly as it can be written: each gate word, then each signature, tried in turn. The
+    reference of tests/unit/vllm/test_fast_path.py and of benchmarks/classifier.py; `classify` gives the same."""
+    try:
+        return _classify_plain(line[:_MAX_LINE])
+    except (ValueError, TypeError, IndexError, KeyError, OverflowError, re.error):
+        return None
+
+
+def _classify_plain(line: str) -> LogEvent | None:
     if (' - "' in line or "equest " in line or "esponse " in line) and is_client_text(normalize(line)[2]):
         return _REQUEST  # a client's request (access or request log) reached a serving vLLM; its text carries nothing
     troubled = _troubled(line) and not ("retrying" in line and _RETRYING.search(line) is not None)

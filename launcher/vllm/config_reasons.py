@@ -47,7 +47,7 @@ AGENT_REASONS = frozenset({ConfigReason.TOOL_CALLS_AS_TEXT, ConfigReason.TOOL_CA
 
 
 class Failed(Protocol):
-    """What a fix reads of a diagnosis (`launcher.vllm.diagnose.Diagnosis`, which imports this module)."""
+    """What a fix reads of a diagnosis (`launcher.vllm.diagnosis.Diagnosis`; a Protocol keeps this table free of the fold)."""
 
     @property
     def reason(self) -> str | None: ...

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from launcher.vllm import paste, raise_sites
-from launcher.vllm.classify import classify, normalize
+from launcher.vllm.classify import normalize, read_line
+from launcher.vllm.diagnosis import REPORTED_NUMBERS, Diagnosis
 from launcher.vllm.phases import PhaseClock, line_time, timed
 from launcher.vllm.signatures import (
     CONFIG,
@@ -36,44 +36,10 @@ from launcher.vllm.signatures import (
     STARTUP_MEMORY,
     UNKNOWN,
     EventKind,
-    FailureClass,
     LogEvent,
 )
 from launcher.vllm.versions import DEFAULT_BLOCK_SIZE
 
-
-@dataclass(frozen=True, slots=True)
-class Diagnosis:
-    """What a log says happened, as data the ladder can act on."""
-
-    cls: FailureClass
-    reason: str | None = None  # config reasons (tool_parser, port_in_use, …) and sub-kinds
-    root_cause: str | None = None
-    numbers: Mapping[str, Any] = field(default_factory=dict)
-    state: str = "starting"  # how far the server got: starting, serving, stopped
-    line_number: int | None = None
-    warnings: tuple[str, ...] = ()  # failure lines that progress afterwards acquitted
-    evidence: str | None = None  # what convicted the failure: traceback, engine_start_failed, same_class, …
-
-    @property
-    def failed(self) -> bool:
-        return self.cls != OK
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"class": self.cls, "reason": self.reason, "root_cause": self.root_cause,
-                "numbers": dict(self.numbers), "state": self.state, "line": self.line_number,
-                "evidence": self.evidence, "warnings": list(self.warnings)}
-
-
-# The numbers a diagnosis reports (documented in docs/commands.md); other captured values stay internal.
-REPORTED_NUMBERS = (
-    "kv_tokens", "max_concurrency", "concurrency_len", "estimated_max_model_len", "available_kv_gib",
-    "model_loading_gib", "free_gib", "total_gib", "requested_gib", "utilization", "needed_gib", "max_model_len",
-    "derived_max_model_len", "vllm_version", "valid_tool_parsers", "tool_parser", "kv_cache_memory_fit",
-    "kv_cache_memory_full", "gpu_blocks", "kv_tokens_from_blocks", "estimate_derived_by_launcher", "world_size",
-    "gpus", "tried", "arguments", "argument", "package", "weights_gib", "activation_gib", "non_torch_gib", "cudagraph_gib",
-    "attention_heads", "tensor_parallel_size", "gpu_name", "compute_capability", "max_num_batched_tokens",
-)
 # Numbers that describe the server's capacity. With TP/PP every rank prints its own line and the
 # engine uses the smallest, so these keep the minimum; a new start in the same log starts afresh.
 _PER_RANK_MIN = ("kv_tokens", "max_concurrency", "available_kv_gib", "gpu_blocks")
@@ -122,7 +88,7 @@ class Diagnoser:
         self.pointed = False  # the standing failure's root cause is the exception its pointer line pointed at
         self.error_text: tuple[str, int] | None = None  # the latest error line a process printed, and its number
         self.last_acquitted: tuple[LogEvent, int | None, str | None] | None = None  # with its line and phase
-        self.stage: str | None = None  # the pipeline stage of the line being read (`[Stage-1]`), if it names one
+        self.line = ""  # the line being read: its pipeline stage (`[Stage-1]`) is read off it when it matters
         self.failure_stage: str | None = None
         self.wrapped = paste.Wrapped()  # the failure or exception a wrapped next line may continue
         self.joined = False  # this rank is part of an assembled group: its place in the world, or it loads
@@ -170,32 +136,39 @@ class Diagnoser:
 
     def feed(self, line: str) -> LogEvent | None:
         self.lines += 1
+        self.line = line
+        if self.wrapped.event is not None:  # a message the lines after it may continue
+            joined = self.wrapped.take(line, self.lines)
+            if joined is not None:
+                self._joined(joined)
+                return None
+        # read_line's one search tells the lines that hold no traceback or error word (most of a log), and their
+        # event; it reads a line's first 64 KiB, so a longer line is looked at here in any case.
+        event, words = read_line(line)
+        if words or len(line) > 4096:
+            self._traceback_words(line)
+            if event is None and paste.PYDANTIC in line and not self.completed:
+                event = paste.validation_error(line)
+                if event is not None:
+                    self.tracebacks.raised_in(event.proc, paste.PYDANTIC_MODULE)
+        if event is not None:
+            self.observe(event)
+        return event
+
+    def _traceback_words(self, line: str) -> None:
+        """Frames, traceback headers and error records: what the fold reads of a line besides its event."""
         self.tracebacks.read(line, self.lines)
-        if (_CHAINED[0] in line or _CHAINED[1] in line) and self.confirmed == "traceback" \
+        if self.confirmed == "traceback" and (_CHAINED[0] in line or _CHAINED[1] in line) \
                 and self.lines - (self.failure_line or 0) <= 3:
             # The failure was only a cause: another exception follows, and that one ends the traceback.
             self.confirmed = None
         if ("rror" in line or "Failed" in line) and not self.completed:
             text = paste.error_text(line)
             self.error_text = (text, self.lines) if text is not None else self.error_text
-        if ("ERROR" in line or "CRITICAL" in line) and not self.errors:
-            self.first_error = normalize(line[:4096])[2].strip()
         if "ERROR" in line or "CRITICAL" in line:
+            if not self.errors:
+                self.first_error = normalize(line[:4096])[2].strip()
             self.errors += 1
-        # A pipeline of several engines is judged per engine: one stage's progress acquits nothing another said.
-        self.stage = paste.stage_of(line)
-        joined = self.wrapped.take(line, self.lines)
-        if joined is not None:
-            self._joined(joined)
-            return None
-        event = classify(line)
-        if event is None and paste.PYDANTIC in line and not self.completed:
-            event = paste.validation_error(line)
-            if event is not None:
-                self.tracebacks.raised_in(event.proc, paste.PYDANTIC_MODULE)
-        if event is not None:
-            self.observe(event)
-        return event
 
     def _joined(self, joined: paste.Joined) -> None:
         """A message read whole: a failure (an exception no signature knew), or more numbers of the standing one."""
@@ -215,6 +188,11 @@ class Diagnoser:
 
     def observe(self, event: LogEvent) -> None:
         kind = event.kind
+        if kind == EventKind.REQUEST and self.completed and self.started and not event.values:
+            # A served request once the start-up is known complete (a serving vLLM's access log: most events of
+            # a long log) moves only the last progress: the rest below would set what is already set.
+            self.last_progress_line = self.lines
+            return
         if kind == EventKind.FAILURE:
             self._failure(event)
         elif kind == EventKind.EXCEPTION:
@@ -246,8 +224,9 @@ class Diagnoser:
             self.started = True
         if kind in _JOINED:
             self.joined = True
+        # A pipeline of several engines is judged per engine: one stage's progress acquits nothing another said.
         if (kind in ACQUITTING and self.failure is not None and not paste.sibling_ranks(self.failure, event)
-                and (self.failure_stage is None or self.stage is None or self.failure_stage == self.stage)):
+                and self.failure_stage in (None, paste.stage_of(self.line))):
             self.acquit()
         if kind not in (EventKind.FAILURE, EventKind.EXCEPTION):
             self.last_progress_line = self.lines
@@ -280,7 +259,8 @@ class Diagnoser:
             if self.failure is None or (self.confirmed is None and ends_traceback
                                         and event.failure != self.failure.failure):
                 # The first failure line stands; a traceback that ends in another failure replaces a mere accusation.
-                self.failure, self.failure_line, self.failure_stage, self.pointed = event, self.lines, self.stage, False
+                self.failure, self.failure_line, self.pointed = event, self.lines, False
+                self.failure_stage = paste.stage_of(self.line)
                 self.wrapped.start(event, self.lines)
                 self.phase_at_failure = self.phase
                 if ends_traceback:

@@ -14,15 +14,16 @@ Every table here is bounded: hostile lines naming endless processes cannot grow 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.vllm.classify import classify, is_client_text, normalize
+from launcher.vllm.classify import TRACEBACK_WORDS, classify, is_client_text, normalize
 from launcher.vllm.signatures import EventKind, LogEvent
 
-TRACEBACK = "Traceback (most recent call last)"
+TRACEBACK = TRACEBACK_WORDS[3]  # "Traceback (most recent call last)"
 # An exception line, `[module.]TypeError: text`: the last line of a traceback.
 EXCEPTION_FORM = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)\b")
 PYDANTIC = "Value error, "  # how pydantic's ValidationError shows a ValueError its validator raised
@@ -164,6 +165,7 @@ class Wrapped:
         return None
 
 
+@functools.lru_cache(maxsize=256)  # a log names a few processes, each on every line it prints; bounded for any other
 def _rank_kind(name: str) -> str:
     """`Worker_PP0_TP1` → `Worker`: the name without its rank suffixes (at most three are stripped)."""
     for _ in range(3):

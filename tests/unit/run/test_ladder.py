@@ -9,7 +9,7 @@ import pytest
 from launcher.config import profile
 from launcher.errors import LauncherError
 from launcher.run import ladder
-from launcher.vllm.diagnose import Diagnosis
+from launcher.vllm.diagnosis import Diagnosis
 from launcher.vllm.versions import semantics
 from tests.helpers.profiles import load_profile
 

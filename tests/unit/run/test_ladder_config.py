@@ -7,7 +7,7 @@ import pytest
 from launcher.config.load import loads
 from launcher.run import ladder
 from launcher.vllm.config_reasons import FIXES, ConfigReason, config_fix
-from launcher.vllm.diagnose import Diagnosis
+from launcher.vllm.diagnosis import Diagnosis
 from launcher.vllm.signatures import CONFIG
 from launcher.vllm.versions import semantics
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from launcher.run import oomkill
-from launcher.vllm.diagnose import Diagnosis
+from launcher.vllm.diagnosis import Diagnosis
 
 EVENTS = "low 0\nhigh 0\nmax 12\noom 3\noom_kill {n}\noom_group_kill 0\n"
 

@@ -8,7 +8,7 @@ from launcher.run import ladder
 from launcher.run.readiness import capacity_gate
 from launcher.run.supervisor import Ending
 from launcher.vllm import command
-from launcher.vllm.diagnose import Diagnosis
+from launcher.vllm.diagnosis import Diagnosis
 from launcher.vllm.versions import semantics
 
 AUTO = "model: m\nvllm: {host: 127.0.0.1, max-model-len: auto}\nlauncher: {device: cpu}\n"

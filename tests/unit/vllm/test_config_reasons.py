@@ -11,7 +11,7 @@ import pytest
 
 from launcher.run import agentprobe
 from launcher.vllm.config_reasons import AGENT_REASONS, FIXES, ConfigReason, config_fix, fix_for
-from launcher.vllm.diagnose import Diagnosis
+from launcher.vllm.diagnosis import Diagnosis
 from launcher.vllm.signatures import CONFIG, SIGNATURES
 from tests.conftest import ROOT
 
