@@ -33,6 +33,7 @@ _OUTER = re.compile(
     r"^\s*(?:`{1,3})?(?:>\s?)?"  # a Markdown code span or quote of a pasted log
     r"(?:│\s?)?"  # a box a terminal UI (k9s, Lens) draws around each line
     r"(?:[\w.-]+\s*\|\s)?"  # docker-compose: "vllm-1  | "
+    r"(?:[\w.-]{1,128}\.(?:out|log|txt|err):(?:\d+:)?)?"  # grep over log files: "node0.out:", "run.log:12:"
     r"(?:\[?\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?\]?\s+)?"  # docker logs -t, ISO, [bracketed]
     r"(?:\|\s(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \| \w+ \| )?"  # FastChat's logger: `| ERROR | stderr | `
     r"(?:\[rank\d+\]:\s?)?"  # torch.distributed

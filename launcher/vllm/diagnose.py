@@ -267,8 +267,9 @@ class Diagnoser:
                     self.confirmed = "traceback"
                 elif self.generic is not None:
                     self.confirmed = "engine_start_failed"  # vLLM said the engine failed before naming the cause
-            elif self.confirmed is None and event.failure == self.failure.failure:
-                self.confirmed = "traceback" if ends_traceback else "same_class"
+            elif event.failure == self.failure.failure:
+                if self.confirmed is None:
+                    self.confirmed = "traceback" if ends_traceback else "same_class"
                 if paste.EXCEPTION_FORM.match(event.message) and not paste.EXCEPTION_FORM.match(self.failure.message) \
                         and not paste.points_elsewhere(event.message):
                     # The exception vLLM raised says it better than the line that accused (a figure at INFO): it

@@ -120,3 +120,11 @@ def test_a_line_that_points_at_the_cause_is_not_the_cause() -> None:
     d = diagnose_lines(lines)
     assert d.cls == "engine_dead"
     assert d.root_cause == "RuntimeError: Failed to execute the model status=1006 message=Execution Out-Of-Bounds Memory Access"
+
+
+def test_a_grep_over_log_files_keeps_each_lines_process() -> None:
+    """`grep -r` prefixes each line with its file (`node0.out:`, `run.log:12:`): vLLM's prefix is found behind it."""
+    line = ("test_glm5.2_2152434_node0.out:(Worker pid=2437300) ERROR 08-31 06:22:53 [multiproc_executor.py:944] "
+            "torch.distributed.DistStoreError: wait timeout after 1800000ms, keys: /default_pg/0//2//cpu//0/2")
+    d = diagnose_lines([line])
+    assert d.cls == "distributed_init" and d.root_cause is not None and d.root_cause.startswith("torch.distributed")
