@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import Any
 
 from launcher.vllm.line_gate import WordIndex, any_of
+from launcher.vllm.signature_kit import EXCEPTION_LINE
 from launcher.vllm.signatures import SIGNATURES, EventKind, LogEvent, Signature
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -90,7 +91,6 @@ _RETRYING = re.compile(r", retrying \d+ of \d+\s*$")
 _SWALLOWED = ("Error retrieving safetensors",)
 # vLLM's logger names the module a record comes from: these handle requests, and only requests.
 _REQUEST_PATH = re.compile(r"[\[ ](?:serving_\w+|\w+_tool_parser|\w+_reasoning_parser)\.py:\d+\]")
-_EXCEPTION = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt))(?:: (?P<text>.*))?$")
 _QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING"})
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _REQUEST = LogEvent(EventKind.REQUEST, "")
@@ -304,7 +304,7 @@ def _troubled(line: str) -> bool:
 def _exception_event(proc: str | None, pid: int | None, level: str | None, stripped: str) -> LogEvent | None:
     """An exception line (`ValueError: …`): the root cause when no signature matched."""
     if level in (None, "ERROR", "CRITICAL") and not stripped.startswith(_SOURCE_LINES):
-        found = _EXCEPTION.match(stripped)
+        found = EXCEPTION_LINE.match(stripped)
         if found:
             return LogEvent(EventKind.EXCEPTION, stripped, MappingProxyType({"type": found.group("type")}), proc=proc,
                             pid=pid)

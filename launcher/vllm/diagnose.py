@@ -27,6 +27,7 @@ from launcher.vllm import paste, raise_sites
 from launcher.vllm.classify import normalize, read_line
 from launcher.vllm.diagnosis import REPORTED_NUMBERS, Diagnosis
 from launcher.vllm.phases import PhaseClock, line_time, timed
+from launcher.vllm.signature_kit import EXCEPTION_LINE, PYDANTIC
 from launcher.vllm.signatures import (
     CONFIG,
     DISTRIBUTED_INIT,
@@ -147,7 +148,7 @@ class Diagnoser:
         event, words = read_line(line)
         if words or len(line) > 4096:
             self._traceback_words(line)
-            if event is None and paste.PYDANTIC in line and not self.completed:
+            if event is None and PYDANTIC in line and not self.completed:
                 event = paste.validation_error(line)
                 if event is not None:
                     self.tracebacks.raised_in(event.proc, paste.PYDANTIC_MODULE)
@@ -270,7 +271,7 @@ class Diagnoser:
             elif event.failure == self.failure.failure:
                 if self.confirmed is None:
                     self.confirmed = "traceback" if ends_traceback else "same_class"
-                if paste.EXCEPTION_FORM.match(event.message) and not paste.EXCEPTION_FORM.match(self.failure.message) \
+                if EXCEPTION_LINE.match(event.message) and not EXCEPTION_LINE.match(self.failure.message) \
                         and not paste.points_elsewhere(event.message):
                     # The exception vLLM raised says it better than the line that accused (a figure at INFO): it
                     # becomes the root cause, with the numbers of both.

@@ -21,12 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.vllm.classify import TRACEBACK_WORDS, classify, is_client_text, normalize
+from launcher.vllm.signature_kit import EXCEPTION_LINE, PYDANTIC
 from launcher.vllm.signatures import EventKind, LogEvent
 
 TRACEBACK = TRACEBACK_WORDS[3]  # "Traceback (most recent call last)"
-# An exception line, `[module.]TypeError: text`: the last line of a traceback.
-EXCEPTION_FORM = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)\b")
-PYDANTIC = "Value error, "  # how pydantic's ValidationError shows a ValueError its validator raised
 # pydantic validates vLLM's config dataclasses: its "Value error" is a refusal raised in vllm/config.
 PYDANTIC_MODULE = "vllm/config/vllm.py"
 # Death lines that name no cause, and how far above them the error they died of may stand.
@@ -91,7 +89,7 @@ class Tracebacks:
     def ends(self, event: LogEvent, number: int) -> bool:
         """The event is the final exception of a traceback its process printed (and closes that traceback)."""
         opened = self.open.get(event.proc)
-        if opened is None or number - opened > _SPAN or not EXCEPTION_FORM.match(event.message):
+        if opened is None or number - opened > _SPAN or not EXCEPTION_LINE.match(event.message):
             return False
         del self.open[event.proc]
         return True

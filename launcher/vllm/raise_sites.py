@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from launcher.config.flags import shipped_catalog
-from launcher.vllm.signature_kit import CONFIG, UNKNOWN, FailureClass
+from launcher.vllm.signature_kit import CONFIG, EXCEPTION_LINE, PYDANTIC, UNKNOWN, FailureClass
 
 CATALOGUE = Path(__file__).resolve().parents[1] / "data" / "vllm-source-messages.yaml"
 # The exception types vLLM raises to refuse what it was given (a setting, a model, a checkpoint). A RuntimeError,
@@ -43,8 +43,6 @@ _MIN_LITERAL = 16
 # The share of a module's (or folder's) catalogued messages that must agree on a class for the module to speak.
 _AGREEMENT = 2 / 3
 _PLACEHOLDER = re.compile(r"\{[^{}]*\}")
-_EXCEPTION = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w+(?:Error|Exception))\s*:\s*(?P<message>.*)$")
-_PYDANTIC = "Value error, "
 # A checkpoint tensor's name as a KeyError prints it: dotted, ending in what a layer's parameters are called.
 _PARAMETER_KEY = re.compile(r"""^['"](?:[\w]+\.){2,}\w*(?:weight|bias|scale|scale_inv|qweight|qzeros|scales|g_idx)\w*['"]$""")
 _VLLM_PATH = re.compile(r"(?:^|/)(vllm/[\w/.]+\.py)$")
@@ -72,12 +70,12 @@ def judge(exception: str, module: str | None = None) -> Verdict | None:
     """The verdict for a final exception line (`ValueError: text`, a prefix or a dotted type allowed) raised in
     `module` (a path ending in `vllm/….py`, or None); None when neither the message nor the module speaks."""
     exception = exception.strip()
-    if exception.startswith(_PYDANTIC):  # pydantic's form of a ValueError its validator raised
-        exception = f"ValueError: {exception.removeprefix(_PYDANTIC)}"
-    found = _EXCEPTION.match(exception)
-    if found is None:
+    if exception.startswith(PYDANTIC):  # pydantic's form of a ValueError its validator raised
+        exception = f"ValueError: {exception.removeprefix(PYDANTIC)}"
+    found = EXCEPTION_LINE.match(exception)
+    if found is None or found.group("text") is None:
         return None
-    kind, message = found.group("type"), found.group("message").strip()
+    kind, message = found.group("type"), found.group("text").strip()
     best: _Template | None = None
     for template in _templates():
         if (best is None or template.literal > best.literal) and template.pattern.match(message):

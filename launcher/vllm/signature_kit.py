@@ -12,6 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# An exception line, `[module.]TypeError: text`: the last line of a traceback (`type`, and `text` after ": ").
+EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt))(?:: (?P<text>.*))?$")
+PYDANTIC = "Value error, "  # how pydantic's ValidationError shows a ValueError its validator raised
 
 class FailureClass(enum.StrEnum):
     """What ended a start-up (diagnose JSON `class`; the ladder's key). A StrEnum: logs and JSON keep the
