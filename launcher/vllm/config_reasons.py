@@ -129,7 +129,10 @@ FIXES: Mapping[ConfigReason, Fix] = MappingProxyType({
     ConfigReason.BAD_ARGUMENT: _rejected,  # vLLM's own message names the flag and what it wants
     ConfigReason.MAX_MODEL_LEN_ABOVE_MODEL: lambda cause, n: (
         f"max-model-len {n.get('max_model_len')} is above the model's own limit "
-        f"{n.get('derived_max_model_len')}; set vllm.max-model-len to at most that"),
+        f"{n.get('derived_max_model_len')}; set vllm.max-model-len to at most that"
+        if n.get("derived_max_model_len") is not None else
+        f"max-model-len {n.get('max_model_len')} is above what this model, device or platform allows "
+        f"({cause}); set vllm.max-model-len to the limit it names"),
     ConfigReason.MODEL_NOT_FOUND: lambda cause, n: (
         f"vLLM cannot find the model ({cause}); check `model:` (hub id Org/Name or a local path "
         "with config.json), the network, or HF_HUB_OFFLINE"),

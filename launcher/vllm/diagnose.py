@@ -330,6 +330,8 @@ class Diagnoser:
         verdict = raise_sites.judge(cause.message, module)
         if verdict is None or verdict.cls == UNKNOWN:
             return Diagnosis(UNKNOWN, None, cause.message, numbers, state, line, warnings, evidence)
+        if verdict.numbers:
+            numbers = {**numbers, **{k: v for k, v in verdict.numbers.items() if k not in numbers}}
         return Diagnosis(verdict.cls, verdict.reason, cause.message, numbers, state, line, warnings,
                          f"{evidence}, raise site by {verdict.how}")
 

@@ -13,7 +13,11 @@ or that accuse while vLLM still runs; an exception no signature knows comes here
    least two thirds agree. A module of internal checks votes `unknown` and stays so;
 3. else a KeyError whose key is a parameter's name (`layers.0.mlp.experts.w2_weight_scale_inv`): the checkpoint
    holds a tensor this vLLM's model code does not know (`unsupported_model`: another vLLM, or another checkpoint);
-4. else, raised inside vLLM, a refusal whose message names one of vLLM's own settings (`max_num_batched_tokens`,
+4. else a refusal that names `max_model_len` as above a limit (`do not support max_model_len greater than 32768
+   (received 65536)`): the context asked is more than this model, device or platform allows
+   (`max_model_len_above_model`, with the length asked). Platform plugins word their own limits; the words of a
+   limit and the setting's name are what they share with vLLM's;
+5. else, raised inside vLLM, a refusal whose message names one of vLLM's own settings (`max_num_batched_tokens`,
    `--kv-cache-dtype`: the shipped flag list) is a configuration that cannot work as set (`bad_argument`): vLLM's
    refusals name the setting to change.
 
@@ -45,6 +49,14 @@ _AGREEMENT = 2 / 3
 _PLACEHOLDER = re.compile(r"\{[^{}]*\}")
 # A checkpoint tensor's name as a KeyError prints it: dotted, ending in what a layer's parameters are called.
 _PARAMETER_KEY = re.compile(r"""^['"](?:[\w]+\.){2,}\w*(?:weight|bias|scale|scale_inv|qweight|qzeros|scales|g_idx)\w*['"]$""")
+# A context limit as refusals word it: the setting, then words of a limit, within one sentence.
+_CONTEXT_LIMIT = re.compile(r"(?i)\bmax[_ -]?model[_ -]?len(?:gth)?\b[^.]{0,80}?"
+                            r"\b(?:(?:greater|larger|longer|more) than|exceeds?|above)\b")
+# The length asked, where the message says which number it is: `(received 65536)`, `max_model_len (65536)`,
+# `max_model_len=65536`; else the largest number it holds (a limit is below what was asked).
+_ASKED = re.compile(r"(?i)\b(?:received|requested|got|asked(?: for)?)\s*:?\s*(\d{2,9})\b|"
+                    r"\bmax[_ -]?model[_ -]?len\s*(?:\(|=\s*)(\d{2,9})\b")
+_NUMBER = re.compile(r"(?<![\w.])(\d{3,9})(?![\w.])")
 _VLLM_PATH = re.compile(r"(?:^|/)(vllm/[\w/.]+\.py)$")
 
 
@@ -56,6 +68,7 @@ class Verdict:
     reason: str | None
     how: str
     note: str | None = None  # the catalogue's word on an `unknown` message: why nothing can be done
+    numbers: dict[str, Any] | None = None  # figures the message states (the context length asked)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +97,9 @@ def judge(exception: str, module: str | None = None) -> Verdict | None:
         return best.verdict
     if kind == "KeyError" and _PARAMETER_KEY.match(message):
         return Verdict(CONFIG, "unsupported_model", "parameter")
+    limit = context_limit(message) if kind in REFUSALS else None
+    if limit is not None:
+        return Verdict(CONFIG, "max_model_len_above_model", "limit", numbers=dict(limit))
     if kind not in REFUSALS or module is None:
         return None
     path = _VLLM_PATH.search(module.replace("\\", "/"))
@@ -97,6 +113,23 @@ def judge(exception: str, module: str | None = None) -> Verdict | None:
     if _setting_names().search(message) is not None:
         return Verdict(CONFIG, "bad_argument", "setting")
     return None
+
+
+def context_limit(message: str) -> dict[str, int] | None:
+    """What a refusal says of a context length above a limit (`max_model_len greater than 32768 ... (received
+    65536)` → max_model_len 65536, derived_max_model_len 32768): the figures it states, perhaps none; None when
+    the message is no such refusal."""
+    text = message[:2000]
+    limit_words = _CONTEXT_LIMIT.search(text)
+    if limit_words is None:
+        return None
+    marked = _ASKED.search(text)
+    numbers = [int(n) for n in _NUMBER.findall(text)]
+    asked = int(marked.group(1) or marked.group(2)) if marked is not None else \
+        max(numbers) if len(numbers) > 1 else None  # one number and no word for it: the limit, most likely
+    after = [int(n) for n in _NUMBER.findall(text, limit_words.end()) if asked is None or int(n) < asked]
+    found = {"max_model_len": asked} if asked is not None else {}
+    return found | ({"derived_max_model_len": after[0]} if after else {})
 
 
 @functools.cache

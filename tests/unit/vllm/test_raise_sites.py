@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from launcher.vllm.diagnose import diagnose_lines
-from launcher.vllm.raise_sites import judge
+from launcher.vllm.raise_sites import context_limit, judge
 
 SITE = "/usr/local/lib/python3.12/dist-packages/"
 NEW = "ValueError: the frobnication level 7 is not one of low, high"  # a message no catalogued version raises
@@ -89,3 +89,33 @@ def test_a_refusal_raised_inside_vllm_that_names_a_setting_is_config() -> None:
     assert verdict is not None and (verdict.cls, verdict.reason, verdict.how) == ("config", "bad_argument", "setting")
     assert judge("ValueError: the dtype of the block table is odd", raised) is None, "one-word flags name nothing"
     assert judge(named, None) is None, "without a frame inside vLLM nothing says it is vLLM's refusal"
+
+
+# (a refusal's message, what context_limit reads of it: the length asked and the limit, where stated)
+LIMITS = [
+    # A platform plugin's own wording: the limit first, the length asked after it.
+    ("TT-LLama8B and TT-Llama11B do not support max_model_len greater than 32768 on N150 (received 65536). "
+     "Set --max_model_len to 32768 or lower in vLLM.", {"max_model_len": 65536, "derived_max_model_len": 32768}),
+    ("User-specified max_model_len (65536) is greater than the derived max_model_len (max_position_embeddings=32768 "
+     "or model_max_length=None in model's config.json).", {"max_model_len": 65536, "derived_max_model_len": 32768}),
+    ("The requested max_model_len exceeds 4096", {"derived_max_model_len": 4096}),  # one number: the limit
+    ("max_model_len 8192 exceeds the limit", {}),  # no word says which number: none claimed
+    # Not a context limit: another setting's, or a prompt's length (a request, not the profile).
+    ("max_num_batched_tokens (2048) is smaller than max_model_len (8192)", None),
+    ("Input prompt (5000 tokens) is too long and exceeds limit of 4096", None),
+    ("max_model_len. The model is larger than the GPU", None),  # the limit words in another sentence
+]
+
+
+@pytest.mark.parametrize(("message", "expected"), LIMITS, ids=[m[:40] for m, _ in LIMITS])
+def test_context_limit(message: str, expected: dict[str, int] | None) -> None:
+    assert context_limit(message) == expected
+
+
+def test_a_platforms_context_limit_is_config_with_both_lengths() -> None:
+    d = diagnose_lines(["ValueError: TT-LLama8B and TT-Llama11B do not support max_model_len greater than 32768 on "
+                        "N150 (received 65536). Set --max_model_len to 32768 or lower in vLLM."])
+    assert (d.cls, d.reason) == ("config", "max_model_len_above_model")
+    assert (d.numbers["max_model_len"], d.numbers["derived_max_model_len"]) == (65536, 32768)
+    # A failure, not a refusal, with the same words is no configuration to change.
+    assert judge("RuntimeError: max_model_len greater than 32768 (received 65536)") is None
