@@ -155,7 +155,8 @@ class LogPump(threading.Thread):
         self._lock = threading.Lock()
         self.messages: queue.Queue[Message] = queue.Queue()
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
-        self.last_output = time.monotonic()
+        self.last_output = time.monotonic()  # the last output that moved (see `run`)
+        self.chunk_at = self.last_output  # when the chunk being read arrived
         self.fatal_at: float | None = None  # monotonic time the first specific fatal line was read
         self.sink_failed_at: float | None = None
         self.warned: set[str] = set()
@@ -166,24 +167,31 @@ class LogPump(threading.Thread):
         follows for minutes); every piece ended by \n or \r is a line, and an endless one is cut."""
         pending = b""
         while chunk := self._read_chunk():
-            self.last_output = time.monotonic()
+            self.chunk_at = time.monotonic()
             pieces = _LINE_END.split(pending + chunk)
             pending = pieces.pop()
             while len(pending) > MAX_LINE_BYTES:
                 pieces.append(pending[:MAX_LINE_BYTES])
                 pending = pending[MAX_LINE_BYTES:]
-            self._lines([piece for piece in pieces if piece])
+            lines = [piece for piece in pieces if piece]
+            # Output is what moves: vLLM repeating that a process waits on another (every 60 s while a rank
+            # hangs) is no sign of life, so launcher.startup_stall still counts through it.
+            if self._lines(lines) or not lines:
+                self.last_output = self.chunk_at
         if pending:
             self._lines([pending])
         self.messages.put(EOF)
 
-    def _lines(self, pieces: list[bytes]) -> None:
+    def _lines(self, pieces: list[bytes]) -> bool:
         """One chunk of output, then what it changed in the verdict. Judged per chunk, as the output came: a
-        traceback's last line convicts, unless the chained exception printed with it reopens the traceback."""
+        traceback's last line convicts, unless the chained exception printed with it reopens the traceback.
+        False when every line only said that a process waits."""
         before = self._standing()
+        moved = False
         for piece in pieces:
-            self._line(piece)
+            moved = self._line(piece) or moved
         self._post_verdict(before)
+        return moved
 
     def _standing(self) -> _Standing:
         with self._lock:
@@ -211,26 +219,29 @@ class LogPump(threading.Thread):
         except (OSError, ValueError):  # the pipe was closed under us: the child is gone
             return b""
 
-    def _line(self, raw: bytes) -> None:
+    def _line(self, raw: bytes) -> bool:
+        """Write, echo and judge one line; False when it only says that a process waits."""
         line = raw.decode("utf-8", errors="replace")
         self._write(line)
         try:
-            self._feed(line)
+            return self._feed(line)
         except Exception as exc:  # the pump must outlive any line: a dead pump blocks vLLM on a full pipe
             self._warn_once("diagnosis", f"a line could not be classified ({type(exc).__name__}: {exc})")
+            return True
 
-    def _feed(self, line: str) -> None:
+    def _feed(self, line: str) -> bool:
         if self.echo and not _OUR_PROBES.search(line):
             logs.echo_child_line(line)
         self.tail.append(line)
         with self._lock:
             event = self._diagnoser.feed(line)
             if event is not None and event.fatal == "specific" and self.fatal_at is None and self._diagnoser.decided:
-                self.fatal_at = self.last_output
+                self.fatal_at = self.chunk_at
         if event is not None and event.kind == EventKind.SERVING and PARSER_ERROR.match(event.message):
             self.tool_parser_errors += 1
         if event is not None and event.kind in _NOTABLE:
             self.messages.put(Message(Mark.LINE, event))
+        return event is None or event.kind is not EventKind.WAITING
 
     def _write(self, line: str) -> None:
         """A failing write (full disk) is a warning; the file is reopened now and then, and serving goes on."""

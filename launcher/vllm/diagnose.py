@@ -59,6 +59,9 @@ _SERVING = (EventKind.SERVER_STARTING, EventKind.STARTUP_COMPLETE, EventKind.REQ
 _CHAINED = ("The above exception was the direct cause of the following exception",
             "During handling of the above exception, another exception occurred")
 _MAX_WARNINGS = 20
+# vLLM's "No available shared memory broadcast block found in 60 seconds" this many times with no progress between
+# (ten minutes): a start-up that does not move. A long compile or capture prints it a few times, then moves on.
+STALLED_WAITS = 10
 # Failures a server can still meet after "Application startup complete": uvicorn binds its port after it.
 _AFTER_STARTUP_REASONS = frozenset({"port_in_use"})
 class Diagnoser:
@@ -94,6 +97,8 @@ class Diagnoser:
         self.wrapped = paste.Wrapped()  # the failure or exception a wrapped next line may continue
         self.joined = False  # this rank is part of an assembled group: its place in the world, or it loads
         self.completed = False  # the start-up completed ("Application startup complete") or requests were served
+        self.waits: list[int] = []  # lines where vLLM said a process waits, since the last progress; the latest:
+        self.waiting = ""
 
     @property
     def decided(self) -> bool:
@@ -229,6 +234,13 @@ class Diagnoser:
         if (kind in ACQUITTING and self.failure is not None and not paste.sibling_ranks(self.failure, event)
                 and self.failure_stage in (None, paste.stage_of(self.line))):
             self.acquit()
+        if kind == EventKind.WAITING:
+            # A process waits on another: never progress (see STALLED_WAITS).
+            if self.waits and self.waits[0] < self.last_progress_line:
+                self.waits.clear()
+            self.waits += [self.lines] if len(self.waits) < STALLED_WAITS else []
+            self.waiting = event.message
+            return
         if kind not in (EventKind.FAILURE, EventKind.EXCEPTION):
             self.last_progress_line = self.lines
         if kind == EventKind.VERSION and "vllm_version" in event.values and self.failure is None:
@@ -317,6 +329,10 @@ class Diagnoser:
                                  warnings[:-1], "log_end_in_traceback")
             return Diagnosis(UNKNOWN, None, self.first_error or "the log ends inside a traceback", numbers, state,
                              open_since, warnings, "log_end_in_traceback")
+        if len(self.waits) >= STALLED_WAITS and self.waits[0] > self.last_progress_line and not self.completed:
+            # The start-up's last word, again and again with nothing in between, is that a process waits on
+            # another (a rank hung in a collective): it never completes, however long the log goes on.
+            return Diagnosis(UNKNOWN, None, self.waiting, numbers, state, self.waits[0], warnings, "stalled")
         if self.errors and not self.started:
             # A pasted error with no sign of a start-up: nothing shows that this server ever worked.
             return Diagnosis(UNKNOWN, None, self.first_error, numbers, state, None, warnings, "no_startup")

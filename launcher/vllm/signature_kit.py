@@ -68,6 +68,9 @@ class EventKind(enum.StrEnum):
     SERVING = "serving"  # a line only vLLM's request handling prints: the server serves
     REQUEST = "request"  # a client's request (access or request log) reached the server; its text carries nothing
     SHUTDOWN = "shutdown"
+    # vLLM says a process has waited on another (its shared-memory broadcast, every 60 s): long work, or a hang.
+    # Never progress: a start-up that prints only this is not moving (launcher.startup_stall counts through it).
+    WAITING = "waiting"
 
 
 @dataclass(frozen=True, slots=True)

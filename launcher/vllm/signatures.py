@@ -171,6 +171,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(EventKind.SERVING, "Exception in ASGI application", r"^Exception in ASGI application"),
     _sig(EventKind.SHUTDOWN, "hutting down", r"^(?:Shutting down FastAPI HTTP server|Shutting down$)"),
     _sig(EventKind.SHUTDOWN, "shutdown triggered", r"\[shutdown\] API server: shutdown triggered"),
+    _sig(EventKind.WAITING, "No available shared memory broadcast block",
+         r"No available shared memory broadcast block found in (?P<waited_s>\d+) seconds?",
+         convert=_numbers(waited_s="int")),
     # ---- start-up memory (GPU and CPU backend)
     _sig(EventKind.FAILURE, "is less than desired",
          rf"Free memory on device(?: \S{{1,256}})? {_FREE}(?: on startup)? is less than (?:desired GPU memory utilization "

@@ -108,3 +108,35 @@ def test_the_launchers_own_probes_never_reach_the_console(capsys: pytest.Capture
     shown = capsys.readouterr().out.splitlines()
     assert [line.split("|", 1)[1].strip()[:20] for line in shown] == ['INFO:     10.0.0.7:4', "(EngineCore pid=10) "]
     assert len(p.tail) == 4, "the diagnosis (and the log file) still see every line"
+
+
+class Chunks(io.RawIOBase):
+    """A pipe that delivers each chunk on its own read, as vLLM's output arrives over minutes."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = list(chunks)
+
+    def read1(self, size: int = -1) -> bytes:
+        return self.chunks.pop(0) if self.chunks else b""
+
+
+WAIT = (b"(EngineCore pid=1445363) INFO 10-09 12:06:51 [shm_broadcast.py:812] No available shared memory broadcast "
+        b"block found in 60 seconds. This typically happens when some processes are hanging or doing some "
+        b"time-consuming work (e.g. compilation, weight/kv cache quantization).\n")
+
+
+def test_vllm_saying_a_process_waits_is_no_output_for_the_stall_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TP rank hung in a collective: vLLM repeats its shared-memory wait every 60 s and nothing else. Those lines
+    reach the log and the diagnosis, but `last_output` (what launcher.startup_stall counts from) stays at the last
+    line that moved; any other line, or a partial one (a progress bar's redraw), moves it again."""
+    clock = iter(range(100, 200))
+    monkeypatch.setattr(logpump.time, "monotonic", lambda: float(next(clock)))
+    stream = Chunks([b"(EngineCore pid=1) INFO [gpu_model_runner.py:1] Graph capturing finished in 12 secs\n",
+                     WAIT, WAIT, WAIT, b"Loading safetensors checkpoint shards:  50% Completed", b"\n", WAIT])
+    p = logpump.LogPump(stream, None, echo=False, diagnoser=Diagnoser())
+    p.run()
+    # Constructed at 100; the chunks arrive at 101..107. The three waits leave the clock at the capture line (101);
+    # the partial bar (105) and its end (106) move it; the last wait (107) does not.
+    assert p.last_output == 106.0
+    assert p.chunk_at == 107.0
+    assert sum("shared memory broadcast" in line for line in p.tail) == 4

@@ -3,7 +3,7 @@ pipeline of several engines is judged per engine (one stage's progress acquits n
 
 from __future__ import annotations
 
-from launcher.vllm.diagnose import Diagnoser, diagnose_lines
+from launcher.vllm.diagnose import STALLED_WAITS, Diagnoser, diagnose_lines
 
 KV = ("ValueError: To serve at least one request with the model's max seq len (196608), 23.25 GiB KV cache is needed, "
       "which is larger than the available KV cache memory (22.5 GiB). Based on the available memory, the estimated "
@@ -128,3 +128,27 @@ def test_a_grep_over_log_files_keeps_each_lines_process() -> None:
             "torch.distributed.DistStoreError: wait timeout after 1800000ms, keys: /default_pg/0//2//cpu//0/2")
     d = diagnose_lines([line])
     assert d.cls == "distributed_init" and d.root_cause is not None and d.root_cause.startswith("torch.distributed")
+
+
+_WAIT = ("(EngineCore pid=9) INFO 10-09 11:{:02d}:50 [shm_broadcast.py:812] No available shared memory broadcast block "
+         "found in 60 seconds. This typically happens when some processes are hanging or doing some time-consuming "
+         "work (e.g. compilation, weight/kv cache quantization).")
+_CAPTURED = "(EngineCore pid=9) INFO 10-09 11:00:10 [gpu_model_runner.py:4880] Graph capturing finished in 12 secs"
+
+
+def test_a_start_up_whose_last_word_is_waiting_again_and_again_is_stalled() -> None:
+    """A TP rank hung in a collective: vLLM repeats that a process waits, and nothing moves between."""
+    d = diagnose_lines([_CAPTURED, *(_WAIT.format(m) for m in range(STALLED_WAITS))])
+    assert (d.cls, d.evidence) == ("unknown", "stalled")
+    assert d.root_cause is not None and "No available shared memory broadcast block" in d.root_cause
+
+
+def test_a_few_waits_or_progress_between_them_is_no_stall() -> None:
+    # A long compile or capture prints the line a few times; progress between the waits starts the count again.
+    assert diagnose_lines([_CAPTURED, *(_WAIT.format(m) for m in range(STALLED_WAITS - 1))]).cls == "ok"
+    interleaved = [line for m in range(2 * STALLED_WAITS) for line in (_WAIT.format(m % 60), _CAPTURED)]
+    assert diagnose_lines(interleaved).cls == "ok"
+    # Once the server serves, an idle engine's waits say nothing of a start-up.
+    served = [_CAPTURED, "(APIServer pid=8) INFO:     Application startup complete.",
+              *(_WAIT.format(m) for m in range(2 * STALLED_WAITS))]
+    assert diagnose_lines(served).cls == "ok"
