@@ -90,13 +90,16 @@ SIGNATURES: tuple[Signature, ...] = (
          convert=_numbers(total_gib="float", utilization="float", requested_gib="float")),
     _sig(EventKind.MEMORY_BUDGET, "total_gpu_memory=", r"(?P<text>total_gpu_memory=.*)", convert=_memory_profile),
     _sig(EventKind.MEMORY_BUDGET, "kv_cache_size=", r"(?P<text>kv_cache_size=.*)", convert=_memory_profile),
-    _sig(EventKind.MEMORY_BUDGET, "Desired GPU memory utilization is",  # 0.10.x, a successful start: the breakdown
-         rf"Free memory on device(?: \S{{1,256}})? {_FREE} on startup\. Desired GPU memory utilization is "
+    # 0.10.x, a successful start: the breakdown; a paste or a terminal may put its two sentences on two lines.
+    _sig(EventKind.MEMORY_BUDGET, "Desired GPU memory utilization is",
+         rf"(?:Free memory on device(?: \S{{1,256}})? {_FREE} on startup\.\s*)?Desired GPU memory utilization is "
          rf"\((?P<utilization>[\d.]+), (?P<requested_gib>{_GIB}) GiB\)(?:\. Actual usage is (?P<weights_gib>[\d.]+) GiB "
          r"for weight, (?P<activation_gib>[\d.]+) GiB for peak activation, (?P<non_torch_gib>[\d.]+) GiB for "
          r"non-torch memory, and (?P<cudagraph_gib>[\d.]+) GiB for CUDAGraph memory)?",
          convert=_numbers(free_gib="float", total_gib="float", utilization="float", requested_gib="float",
                           weights_gib="float", activation_gib="float", non_torch_gib="float", cudagraph_gib="float")),
+    _sig(EventKind.MEMORY_BUDGET, "Free memory on device", rf"^Free memory on device(?: \S{{1,256}})? {_FREE} on startup\.\s*$",
+         convert=_numbers(free_gib="float", total_gib="float")),
     _sig(EventKind.AVAILABLE_KV, "GiB for KV cache on node",  # CPU backend, vLLM 0.3x
          r"(?:Explicitly|Auto) set \((?P<available_kv_gib>[\d.]+)/(?P<total_gib>[\d.]+)\) GiB for KV cache",
          convert=_numbers(available_kv_gib="float", total_gib="float")),

@@ -30,6 +30,11 @@ LINES: list[tuple[str, str, str | None, dict[str, Any]]] = [
     ("INFO 11-29 15:33:00 worker.py:249] model weights take 56.92GiB; non_torch_memory takes 0.41GiB; PyTorch "
      "activation peak memory takes 48.50GiB; the rest of the memory reserved for KV Cache is 20.00GiB.",
      "available_kv", None, {"available_kv_gib": 20.0}),
+    # vLLM's memory summary, its two sentences put on two lines by a paste: each line gives its numbers.
+    ("Free memory on device (110.37/121.69 GiB) on startup.", "memory_budget", None,
+     {"free_gib": 110.37, "total_gib": 121.69}),
+    ("Desired GPU memory utilization is (0.87, 105.87 GiB).", "memory_budget", None,
+     {"utilization": 0.87, "requested_gib": 105.87}),
     ("(EngineCore pid=1) INFO 11-29 [gpu_model_runner.py:3001] Model loading took 28.95 GiB memory and 41.2 seconds",
      "model_loading", None, {}),
     ("(EngineCore pid=1) INFO 11-29 15:32:55 [gpu_model_runner.py:3001] Model loading took 28.95 GiB memory and "
@@ -178,3 +183,9 @@ class TestClassify:
         proc, level, message = classify.normalize(
             f"vllm-1  | [rank0]: {E}[0;36m(EngineCore_DP0 pid=7){E}[0;0m ERROR 11-29 15:33:01 [core.py:708] boom\r")
         assert ("EngineCore_DP0", "ERROR", "boom") == (proc, level, message)
+
+
+def test_a_free_memory_failure_cut_before_its_verdict_is_no_summary() -> None:
+    """The failure's first half, cut by a terminal before "is less than desired ...", has no full stop: it is no
+    line of the summary of a check that passed (the wrapped failure is read whole by the fold)."""
+    assert classify.classify("Free memory on device (7.34/139.72 GiB) on startup") is None
