@@ -84,6 +84,10 @@ def _port_in_use(cause: str | None, n: Mapping[str, Any]) -> str:
 
 def _missing_dependency(cause: str | None, n: Mapping[str, Any]) -> str:
     package = n.get("package") or "the package it names"
+    if package == "nvcc":
+        return (f"a kernel vLLM compiles at start-up needs the CUDA toolkit's compiler ({cause}); install the CUDA "
+                "toolkit where vLLM runs and set CUDA_HOME (env:) to it, or turn that kernel off (FlashInfer's "
+                "sampler: VLLM_USE_FLASHINFER_SAMPLER=0)")
     return (f"the model needs the Python package {package}, which vLLM's environment lacks ({cause}); "
             f"install it where vLLM runs (the venv or image of launcher.vllm_bin): pip install {package}")
 

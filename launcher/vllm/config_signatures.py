@@ -173,5 +173,7 @@ CONFIG_SIGNATURES: tuple[Signature, ...] = (
     _config("library but it was not found in your environment", r"^\s*(?:ImportError: )?\w{1,128} requires the "
             r"(?P<module>[\w.-]{1,128}) library but it was not found in your environment",
             ConfigReason.MISSING_DEPENDENCY, _package),
+    # A kernel compiled at start-up (FlashInfer's sampler, DeepGEMM) needs the CUDA toolkit's compiler.
+    _config("Could not find nvcc", r"Could not find nvcc", ConfigReason.MISSING_DEPENDENCY, lambda g: {"package": "nvcc"}),
     _config("No model specified", r"No model (?:specified|_tag specified)", ConfigReason.BAD_ARGUMENT),
 )

@@ -67,7 +67,8 @@ class Tracebacks:
 
     def __init__(self) -> None:
         self.open: dict[str | None, int] = {}  # process prefix → line of its open traceback's header
-        self.modules: dict[str | None, str] = {}  # process prefix → the file of its traceback's last frame
+        # process prefix → its traceback's last frame: its file and function (`…/vllm/x.py:name`)
+        self.modules: dict[str | None, str] = {}
         self.hints: deque[tuple[int, str]] = deque(maxlen=256)  # (line number, frame or method name)
 
     def read(self, line: str, number: int) -> None:
@@ -80,7 +81,9 @@ class Tracebacks:
                 self.hints.append((number, found.group(1) or found.group(2) or found.group(3)))
             path = _FRAME_PATH.search(line)
             if path is not None:
-                _bounded(self.modules, normalize(line)[0], path.group(1))
+                function = found.group(1) if found is not None and found.group(1) else None
+                site = f"{path.group(1)}:{function}" if function else path.group(1)
+                _bounded(self.modules, normalize(line)[0], site)
         if TRACEBACK in line:
             proc = normalize(line)[0]
             _bounded(self.open, proc, number)

@@ -57,7 +57,11 @@ _CONTEXT_LIMIT = re.compile(r"(?i)\bmax[_ -]?model[_ -]?len(?:gth)?\b[^.]{0,80}?
 _ASKED = re.compile(r"(?i)\b(?:received|requested|got|asked(?: for)?)\s*:?\s*(\d{2,9})\b|"
                     r"\bmax[_ -]?model[_ -]?len\s*(?:\(|=\s*)(\d{2,9})\b")
 _NUMBER = re.compile(r"(?<![\w.])(\d{3,9})(?![\w.])")
-_VLLM_PATH = re.compile(r"(?:^|/)(vllm/[\w/.]+\.py)$")
+# Where an exception was raised: the innermost frame's file inside vLLM, and its function (`…/vllm/x.py:name`).
+_VLLM_PATH = re.compile(r"(?:^|/)(vllm/[\w/.]+\.py)(?::(\w+))?$")
+# vLLM's functions that check settings (`validate_chat_template`, `verify_with_parallel_config`, `_check_…`).
+_VALIDATOR = re.compile(r"_?(?:validate|verify|check)(?:_|$)")
+_DASHED_FLAG = re.compile(r"(?<![\w-])--([a-z0-9]+(?:-[a-z0-9]+)*)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,19 +104,30 @@ def judge(exception: str, module: str | None = None) -> Verdict | None:
     limit = context_limit(message) if kind in REFUSALS else None
     if limit is not None:
         return Verdict(CONFIG, "max_model_len_above_model", "limit", numbers=dict(limit))
-    if kind not in REFUSALS or module is None:
+    site = _VLLM_PATH.search(module.replace("\\", "/")) if module is not None else None
+    if site is None:
         return None
-    path = _VLLM_PATH.search(module.replace("\\", "/"))
-    if path is None:
-        return None
+    if kind not in REFUSALS:
+        # Any exception raised inside vLLM that tells the operator to pass or drop one of its flags (`Pass
+        # --numa-bind-nodes explicitly or disable --numa-bind`) refuses the configuration as set.
+        flags = _flags_named(message)
+        return Verdict(CONFIG, "bad_argument", "flag") if flags else None
     votes = _module_votes()
-    for key in (path.group(1), path.group(1).rsplit("/", 1)[0]):
+    for key in (site.group(1), site.group(1).rsplit("/", 1)[0]):
         verdict = votes.get(key)
         if verdict is not None:
             return verdict
+    if site.group(2) is not None and _VALIDATOR.match(site.group(2)):
+        return Verdict(CONFIG, "bad_argument", "validator")  # raised by a function that validates settings
     if _setting_names().search(message) is not None:
         return Verdict(CONFIG, "bad_argument", "setting")
     return None
+
+
+def _flags_named(message: str) -> bool:
+    """The message names one of vLLM's own flags as a command line writes it (`--numa-bind`)."""
+    known = shipped_catalog().flags
+    return any(flag in known for flag in _DASHED_FLAG.findall(message[:2000]))
 
 
 def context_limit(message: str) -> dict[str, int] | None:

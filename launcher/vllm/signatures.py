@@ -47,6 +47,20 @@ def _memory_profile(groups: dict[str, str | None]) -> dict[str, Any]:
     return {names[key]: float(value) for key, value in values.items() if value and value.count(".") <= 1}
 
 
+def _engine_args(groups: dict[str, str | None]) -> dict[str, Any]:
+    """The utilization and context length of vLLM's `non-default args: {…}` or `args: Namespace(…)` record (what
+    the start-up was asked for, before any line of the engine's own)."""
+    text = (groups["text"] or "")[:16384]
+    found = {}
+    utilization = re.search(r"\bgpu_memory_utilization'?(?:: |=)([\d.]+)", text)
+    if utilization is not None and utilization.group(1).count(".") <= 1:
+        found["utilization"] = float(utilization.group(1).rstrip(".") or 0)
+    length = re.search(r"\bmax_model_len'?(?:: |=)(\d+)\b", text)
+    if length is not None:
+        found["max_model_len"] = int(length.group(1))
+    return found
+
+
 _GIB = r"-?[\d.]+"
 _FREE = rf"\((?P<free_gib>{_GIB})/(?P<total_gib>{_GIB}) GiB\)"
 _MAX_SEQ = r"max seq len \((?P<max_model_len>\d+)\)"
@@ -112,9 +126,16 @@ SIGNATURES: tuple[Signature, ...] = (
          r"or `--kv-cache-memory=(?P<kv_cache_memory_full>-?\d+)",
          convert=_numbers(kv_cache_memory_fit="int", kv_cache_memory_full="int")),
     # ---- the settings vLLM started with: the calibration of a start-up needs its utilization and length
-    _sig(EventKind.ENGINE_ARGS, "gpu_memory_utilization", r"(?:non-default args: |args: Namespace\().*?"
-         r"'?gpu_memory_utilization'?(?:: |=)(?P<utilization>[\d.]+)",
-         convert=_numbers(utilization="float")),
+    _sig(EventKind.ENGINE_ARGS, "args: ", r"(?:non-default args: \{|args: Namespace\()(?P<text>.*)", convert=_engine_args),
+    # 0.21+: the utilization asked, restated when CUDA-graph memory is profiled inside it
+    _sig(EventKind.ENGINE_ARGS, "The current --gpu-memory-utilization=",
+         r"The current --gpu-memory-utilization=(?P<utilization>[\d.]+) is equivalent to", convert=_numbers(utilization="float")),
+    # The free memory a start-up found, where `kv_cache_memory_bytes` skips profiling (and the utilization check)
+    _sig(EventKind.ENGINE_ARGS, "Initial free memory", rf"^Initial free memory (?P<free_gib>{_GIB}) GiB, reserved "
+         rf"(?P<available_kv_gib>{_GIB}) GiB memory for KV Cache", convert=_numbers(free_gib="float")),
+    # TPU (tpu-inference): the HBM a start-up has
+    _sig(EventKind.ENGINE_ARGS, "total_hbm_limit_gb=", r"Memory statistics \| total_hbm_limit_gb=(?P<total_gib>[\d.]+) ?GiB",
+         convert=_numbers(total_gib="float")),
     # ---- the version, and the engine's own view of its configuration
     _sig(EventKind.VERSION, "LLM engine", r"Initializing (?:a V[01] |an )LLM engine(?: \(v(?P<vllm_version>[^)\s]+)\))?"
          r"(?: with config(?:.*?max_seq_len=(?P<max_model_len>\d+))?|\s*$)",
@@ -202,8 +223,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(EventKind.FAILURE, "not enough GPU memory", r"Failed to load model - not enough GPU memory", STARTUP_MEMORY,
          "weights", "specific"),
     _sig(EventKind.FAILURE, "out of memory",
-         r"(?:CUDA|HIP|XPU) (?:driver )?(?:error: )?out of memory(?:\. Tried to allocate (?P<tried>[\d.]+ [GM]iB))?",
-         STARTUP_MEMORY, fatal="specific", convert=_numbers(tried="str")),
+         r"(?:CUDA|HIP|XPU) (?:driver )?(?:error: )?out of memory(?:\. Tried to allocate (?P<tried>[\d.]+ [GM]iB))?"
+         r"(?:\.? GPU \d+ has a total capacity of (?P<total_gib>[\d.]+) GiB)?",
+         STARTUP_MEMORY, fatal="specific", convert=_numbers(tried="str", total_gib="float")),
     _sig(EventKind.FAILURE, "CUBLAS_STATUS_ALLOC_FAILED", r"CUBLAS_STATUS_ALLOC_FAILED", STARTUP_MEMORY, fatal="specific"),
     _sig(EventKind.FAILURE, "Error in memory profiling", r"Error in memory profiling", STARTUP_MEMORY, "memory_changed",
          "specific"),
