@@ -1,9 +1,8 @@
 """Fold log events into one diagnosis: the failure class, its root-cause line, its numbers.
 
 The same fold runs live (the supervisor feeds it every line) and offline (`vllm-launch diagnose LOGFILE`). What a
-reader takes from more than one line (each process's traceback and the module that raised, a message wrapped onto
-the next lines, a pipeline's stages) is launcher/vllm/paste.py's; an exception no signature knows is judged by
-vLLM's own raise site (launcher/vllm/raise_sites.py).
+reader takes from more than one line (tracebacks per process, wrapped messages, a pipeline's stages) is paste.py's;
+an exception no signature knows is judged by vLLM's own raise site (raise_sites.py).
 
 A failure line *accuses*; it does not convict. vLLM prints ERROR lines it survives (a retried Hub
 lookup, an optional feature's traceback), so a line only makes a candidate:
@@ -90,6 +89,7 @@ class Diagnoser:
         self.tracebacks = paste.Tracebacks()  # every process's open traceback, its frames, the module that raised
         self.last_exception_module: str | None = None
         self.pointed = False  # the standing failure's root cause is the exception its pointer line pointed at
+        self.only_cause = False  # the standing failure is the cause of an exception chained after it
         self.error_text: tuple[str, int] | None = None  # the latest error line a process printed, and its number
         self.last_acquitted: tuple[LogEvent, int | None, str | None] | None = None  # with its line and phase
         self.line = ""  # the line being read: its pipeline stage (`[Stage-1]`) is read off it when it matters
@@ -167,7 +167,7 @@ class Diagnoser:
         if self.confirmed == "traceback" and (_CHAINED[0] in line or _CHAINED[1] in line) \
                 and self.lines - (self.failure_line or 0) <= 3:
             # The failure was only a cause: another exception follows, and that one ends the traceback.
-            self.confirmed = None
+            self.confirmed, self.only_cause = None, True
         if ("rror" in line or "Failed" in line) and not self.completed:
             text = paste.error_text(line)
             self.error_text = (text, self.lines) if text is not None else self.error_text
@@ -259,10 +259,12 @@ class Diagnoser:
         if event.failure == ENGINE_DEAD and self.shutting_down:
             return
         ends_traceback = self.tracebacks.ends(event, self.lines)
-        if event.failure == ENGINE_DEAD and event.message.startswith(paste.GENERIC_DEATHS) and self.error_text is not None \
-                and self.lines - self.error_text[1] <= paste.DEATH_CAUSE_LINES:
-            # "Worker proc … died unexpectedly" says that it died, not of what: the error it printed just before does.
-            event = dataclasses.replace(event, message=self.error_text[0])
+        if event.failure == ENGINE_DEAD and event.message.startswith(paste.GENERIC_DEATHS):
+            if self.error_text is not None and self.lines - self.error_text[1] <= paste.DEATH_CAUSE_LINES:
+                # "Worker proc … died unexpectedly" says that it died, not of what: the error it printed just before does.
+                event = dataclasses.replace(event, message=self.error_text[0])
+            if not self.completed and self.generic is not None:
+                return  # the executor stopping its workers after vLLM said the start-up failed: its cause is above
         if self.completed and event.failure != ENGINE_DEAD and event.reason not in _AFTER_STARTUP_REASONS:
             # Once vLLM served, a start-up class (a model, memory or KV-cache line) describes no start-up: one
             # request's error, or another program's lines in the same file. It is a warning, never a verdict.
@@ -272,7 +274,7 @@ class Diagnoser:
             if self.failure is None or (self.confirmed is None and ends_traceback
                                         and event.failure != self.failure.failure):
                 # The first failure line stands; a traceback that ends in another failure replaces a mere accusation.
-                self.failure, self.failure_line, self.pointed = event, self.lines, False
+                self.failure, self.failure_line, self.pointed, self.only_cause = event, self.lines, False, False
                 self.failure_stage = paste.stage_of(self.line)
                 self.wrapped.start(event, self.lines)
                 self.phase_at_failure = self.phase
@@ -283,11 +285,13 @@ class Diagnoser:
             elif event.failure == self.failure.failure:
                 if self.confirmed is None:
                     self.confirmed = "traceback" if ends_traceback else "same_class"
-                if EXCEPTION_LINE.match(event.message) and not EXCEPTION_LINE.match(self.failure.message) \
-                        and not paste.points_elsewhere(event.message):
-                    # The exception vLLM raised says it better than the line that accused (a figure at INFO): it
-                    # becomes the root cause, with the numbers of both.
-                    self.failure = dataclasses.replace(event, values={**self.failure.values, **event.values})
+                if EXCEPTION_LINE.match(event.message) and (self.only_cause or not EXCEPTION_LINE.match(
+                        self.failure.message)) and not paste.points_elsewhere(event.message):
+                    # The exception vLLM raised says it better than the line that accused (a figure at INFO) or the
+                    # exception it chained from (torch's OOM): the root cause, with the numbers of both.
+                    self.failure = dataclasses.replace(event, values={**self.failure.values, **event.values},
+                                                       reason=event.reason or self.failure.reason)
+                    self.only_cause = False
         else:
             if self.generic is None:
                 self.generic, self.generic_line = event, self.lines
@@ -340,8 +344,7 @@ class Diagnoser:
 
     def _raised(self, cause: LogEvent, numbers: Mapping[str, Any], state: str, line: int | None,
                 warnings: tuple[str, ...], evidence: str) -> Diagnosis:
-        """A start-up that failed on an exception no signature knows: what vLLM's raise site says of it (its
-        message in vLLM's catalogue, else the module that raised it: vllm/raise_sites.py), else unknown."""
+        """A start-up that failed on an exception no signature knows: what its raise site says (raise_sites.py)."""
         module = self.last_exception_module if cause is self.last_exception else None
         verdict = raise_sites.judge(cause.message, module)
         if verdict is None or verdict.cls == UNKNOWN:
@@ -352,8 +355,7 @@ class Diagnoser:
                          f"{evidence}, raise site by {verdict.how}")
 
     def _oom_phase(self, line: int | None = None, phase: str | None = None) -> str | None:
-        """The start-up phase an out-of-memory happened in: the standing failure's, or the one at `line` (read
-        while the start-up was in `phase`)."""
+        """Where an out-of-memory happened: the standing failure's, or the one at `line` (read in `phase`)."""
         if line is None:
             line, phase = self.failure_line, self.phase_at_failure
         return self.tracebacks.oom_phase(line or 0, phase)
@@ -378,10 +380,7 @@ class Diagnoser:
 
 def diagnose_lines(lines: Iterable[str], block_size: int = DEFAULT_BLOCK_SIZE) -> Diagnosis:
     """Diagnose a whole log (the first failure wins, later capacity numbers win)."""
-    diagnoser = Diagnoser(block_size)
-    for line in lines:
-        diagnoser.feed(line)
-    return diagnoser.diagnosis()
+    return diagnose_log(lines, block_size)[0]
 
 
 def diagnose_log(lines: Iterable[str], block_size: int = DEFAULT_BLOCK_SIZE) -> tuple[Diagnosis, PhaseClock]:

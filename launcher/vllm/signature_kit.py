@@ -57,7 +57,7 @@ class EventKind(enum.StrEnum):
     MEMORY_BUDGET = "memory_budget"
     MODEL_LOADING = "model_loading"
     KV_CACHE_MEMORY_HINT = "kv_cache_memory_hint"
-    KV_DETAIL = "kv_detail"  # a wrapped KV-cache failure's numbers, on the lines after it
+    KV_DETAIL = "kv_detail"  # a wrapped KV-cache (or out-of-memory) failure's numbers, on the lines after it
     ENGINE_ARGS = "engine_args"  # the settings vLLM started with
     VERSION = "version"  # vLLM's version, and the engine's own view of its configuration
     JOINED = "joined"  # this rank's place in an assembled torch.distributed world

@@ -68,6 +68,9 @@ _KV_NEEDED = (rf"\(?(?P<needed_gib>{_GIB}) Gi?B KV cache is needed, which is lar
               rf"\((?P<available_kv_gib>{_GIB}) Gi?B\)")
 _ENGINE_EXC = r"^\s*(?:[\w.]+\.)?"  # an exception line: the type starts the message, client text cannot
 SIGNATURES: tuple[Signature, ...] = (
+    # A CUDA out-of-memory message wrapped by a paste: its device's size on a line of its own.
+    _sig(EventKind.KV_DETAIL, "has a total capacity of", r"^\s*(?:Tried to allocate [\d.]+ [GM]iB\. )?GPU \d+ has a "
+         r"total capacity of (?P<total_gib>[\d.]+) GiB", convert=_numbers(total_gib="float")),
     # ---- no room at all for KV: INFO lines that mean the attempt is lost (vLLM raises right after)
     _sig(EventKind.FAILURE, "blocks: 0,", r"^# (?:GPU|cuda|CUDA|[A-Za-z]+) blocks: (?P<gpu_blocks>0), # CPU blocks",
          NO_CACHE_BLOCKS, fatal="specific", convert=_numbers(gpu_blocks="int"), any_level=True),

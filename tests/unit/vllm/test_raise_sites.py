@@ -119,3 +119,20 @@ def test_a_platforms_context_limit_is_config_with_both_lengths() -> None:
     assert (d.numbers["max_model_len"], d.numbers["derived_max_model_len"]) == (65536, 32768)
     # A failure, not a refusal, with the same words is no configuration to change.
     assert judge("RuntimeError: max_model_len greater than 32768 (received 65536)") is None
+
+
+def test_raised_inside_vllm_a_validators_refusal_or_a_flag_instruction_is_bad_argument() -> None:
+    chat_utils = f"{SITE}vllm/entrypoints/chat_utils.py:validate_chat_template"
+    refusal = "ValueError: The supplied chat template string (tool_use) appears path-like, but doesn't exist!"
+    assert judge(refusal, chat_utils) == judge(refusal, chat_utils) is not None
+    verdict = judge(refusal, chat_utils)
+    assert verdict is not None and (verdict.cls, verdict.reason, verdict.how) == ("config", "bad_argument", "validator")
+    # The same refusal from a function that validates nothing says nothing by itself.
+    assert judge(refusal, f"{SITE}vllm/entrypoints/chat_utils.py:load_chat_template") is None
+    numa = ("RuntimeError: NUMA binding was requested, but vLLM could not detect the GPU-to-NUMA topology "
+            "automatically. Pass --numa-bind-nodes explicitly or disable --numa-bind.")
+    verdict = judge(numa, f"{SITE}vllm/utils/numa_utils.py:_get_numa_node")
+    assert verdict is not None and (verdict.cls, verdict.reason, verdict.how) == ("config", "bad_argument", "flag")
+    # Not vLLM's flag, or not raised inside vLLM: no configuration to change.
+    assert judge("RuntimeError: pass --frobnicate to continue", f"{SITE}vllm/utils/numa_utils.py:f") is None
+    assert judge(numa, f"{SITE}torch/distributed/run.py:main") is None

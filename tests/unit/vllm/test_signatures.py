@@ -30,6 +30,23 @@ LINES: list[tuple[str, str, str | None, dict[str, Any]]] = [
     ("INFO 11-29 15:33:00 worker.py:249] model weights take 56.92GiB; non_torch_memory takes 0.41GiB; PyTorch "
      "activation peak memory takes 48.50GiB; the rest of the memory reserved for KV Cache is 20.00GiB.",
      "available_kv", None, {"available_kv_gib": 20.0}),
+    # What the start-up was asked for, before any engine line; the utilization 0.21+ restates; the free memory a
+    # kv_cache_memory_bytes start-up reports; a TPU's HBM.
+    ("INFO 06-20 20:03:42 [cli_args.py:309] non-default args: {'host': '0.0.0.0', 'model': 'Qwen/Qwen3-30B-A3B', "
+     "'max_model_len': 32768, 'gpu_memory_utilization': 0.85}", "engine_args", None,
+     {"max_model_len": 32768, "utilization": 0.85}),
+    ("INFO 05-25 [utils.py:240] non-default args: {'model': 'Qwen/Qwen2.5-0.5B-Instruct', 'max_model_len': 512}",
+     "engine_args", None, {"max_model_len": 512}),
+    ("(EngineCore pid=1833) INFO 07-06 09:41:32 [gpu_worker.py:495] CUDA graph memory profiling is enabled (default "
+     "since v0.21.0). The current --gpu-memory-utilization=0.9200 is equivalent to --gpu-memory-utilization=0.9145 "
+     "without CUDA graph memory profiling.", "engine_args", None, {"utilization": 0.92}),
+    ("(Worker_TP0 pid=190) INFO 07-23 22:40:36 [gpu_worker.py:459] Initial free memory 110.04 GiB, reserved 10.0 GiB "
+     "memory for KV Cache as specified by kv_cache_memory_bytes config and skipped memory profiling.", "engine_args",
+     None, {"free_gib": 110.04}),
+    ("(EngineCore pid=327) INFO 08-10 17:56:01 [tpu_worker.py:557] Memory statistics | total_hbm_limit_gb=31.24GiB | "
+     "total_hbm_limit_cap_gb=28.74GiB", "engine_args", None, {"total_gib": 31.24}),
+    ("(EngineCore pid=1) ERROR 06-23 15:43:19 [core.py:1195] RuntimeError: Could not find nvcc and default "
+     "cuda_home='/usr/local/cuda' doesn't exist", "failure", "config", {"package": "nvcc"}),
     # vLLM's memory summary, its two sentences put on two lines by a paste: each line gives its numbers.
     ("Free memory on device (110.37/121.69 GiB) on startup.", "memory_budget", None,
      {"free_gib": 110.37, "total_gib": 121.69}),
@@ -169,7 +186,7 @@ class TestClassify:
 
     def test_config_failures_carry_their_reason(self) -> None:
         reasons = {line: classify.classify(line) for line, _, f, _ in LINES if f == "config"}
-        assert {"tool_parser", "unknown_flag", "max_model_len_above_model", "port_in_use", "gated_repo",
+        assert {"tool_parser", "unknown_flag", "max_model_len_above_model", "port_in_use", "gated_repo", "missing_dependency",
                 "model_not_found"} == {e.reason for e in reasons.values() if e is not None}
 
     def test_fatal_kinds(self) -> None:

@@ -152,3 +152,37 @@ def test_a_few_waits_or_progress_between_them_is_no_stall() -> None:
     served = [_CAPTURED, "(APIServer pid=8) INFO:     Application startup complete.",
               *(_WAIT.format(m) for m in range(2 * STALLED_WAITS))]
     assert diagnose_lines(served).cls == "ok"
+
+
+def test_a_worker_death_after_vllm_said_the_start_up_failed_is_no_root_cause() -> None:
+    """The executor stops its workers after the engine failed to start: "Worker proc … died unexpectedly" then says
+    only that; the exception the engine raised is the root cause."""
+    d = diagnose_lines([
+        "(EngineCore pid=2) ERROR 07-16 18:21:23 [core.py:1330] torch._inductor.exc.InductorError: RuntimeError: "
+        "Failed to run autotuning code block: [Errno 122] Disk quota exceeded: '/home/u/.cache/vllm/x'",
+        "(EngineCore pid=2) ERROR 07-16 18:21:23 [core.py:1330] EngineCore failed to start.",
+        "(EngineCore pid=2) ERROR 07-16 18:21:23 [multiproc_executor.py:314] Worker proc VllmWorker-1 died "
+        "unexpectedly (exit code: None), shutting down executor.",
+    ])
+    assert d.cls == "unknown" and d.root_cause is not None and "Disk quota exceeded" in d.root_cause
+
+
+def test_the_exception_chained_after_torchs_oom_is_the_root_cause() -> None:
+    """torch's OOM, "The above exception was the direct cause of the following exception:", then vLLM's own
+    RuntimeError with the phase and the fix: vLLM's words are the root cause, and its reason."""
+    prefix = "(VllmWorker rank=2 pid=5) ERROR 04-12 21:13:47 [multiproc_executor.py:383] "
+    d = diagnose_lines([prefix + line for line in (
+        "Traceback (most recent call last):",
+        '  File "/venv/vllm/v1/worker/gpu_model_runner.py", line 1, in _dummy_sampler_run',
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.74 GiB. GPU 2 has a total capacity of "
+        "22.20 GiB of which 1.64 GiB is free.",
+        "",
+        "The above exception was the direct cause of the following exception:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "/venv/vllm/v1/worker/gpu_model_runner.py", line 2, in _dummy_sampler_run',
+        "RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests. Please try "
+        "lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.")])
+    assert (d.cls, d.reason) == ("startup_memory", "sampler_warmup")
+    assert d.root_cause is not None and d.root_cause.startswith("RuntimeError: CUDA out of memory occurred when warming")
+    assert d.numbers["total_gib"] == 22.2  # torch's figure stays with vLLM's words
