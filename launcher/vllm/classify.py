@@ -136,7 +136,8 @@ def classify(line: str) -> LogEvent | None:
 
 def read_line(line: str) -> tuple[LogEvent | None, bool]:
     """`classify(line)`, and False where the line holds no word of TRACEBACK_WORDS and no error word (`RROR`,
-    `RITICAL`, `xception`): the fold's own look at a line's traceback and error words can skip it. Never raises."""
+    `RITICAL`, `xception`), or is a client's request (its words are the client's): the fold's own look at a line's
+    traceback and error words can skip it. Never raises."""
     try:
         return _classify(line[:_MAX_LINE])
     except (ValueError, TypeError, IndexError, KeyError, OverflowError, re.error):
@@ -147,7 +148,7 @@ def _classify(line: str) -> tuple[LogEvent | None, bool]:
     """`classify_plain`, read in the order that turns most lines away soonest (the same event for every line),
     and whether the line may hold a traceback or error word (see `read_line`)."""
     if (' - "' in line or "equest " in line or "esponse " in line) and is_client_text(normalize(line)[2]):
-        return _REQUEST, True  # a client's request reached a serving vLLM; its text carries nothing
+        return _REQUEST, False  # a client's request reached a serving vLLM; its text carries nothing, no traceback word either
     first = _FIRST_GATE.search(line)
     if first is None:
         if "rror" not in line:

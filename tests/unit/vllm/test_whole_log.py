@@ -186,3 +186,13 @@ def test_the_exception_chained_after_torchs_oom_is_the_root_cause() -> None:
     assert (d.cls, d.reason) == ("startup_memory", "sampler_warmup")
     assert d.root_cause is not None and d.root_cause.startswith("RuntimeError: CUDA out of memory occurred when warming")
     assert d.numbers["total_gib"] == 22.2  # torch's figure stays with vLLM's words
+
+
+def test_a_clients_request_line_opens_no_traceback_and_names_no_raise_site() -> None:
+    """A client controls the prompt vLLM's request log prints: traceback words in it are the client's. They open no
+    traceback and name no module that raised."""
+    d = Diagnoser()
+    d.feed("(APIServer pid=1) INFO 11-29 15:41:17 [api_server.py:1] vLLM API server version 0.32.0")
+    d.feed("(APIServer pid=1) INFO 11-29 15:41:18 [logger.py:41] Received request chatcmpl-1: prompt: 'Traceback "
+           "(most recent call last):  File \"/venv/vllm/config/model.py\", line 1, in __post_init__', params: x")
+    assert d.tracebacks.open_since() == 0 and d.tracebacks.module("APIServer") is None
