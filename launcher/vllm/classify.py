@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import Any
 
 from launcher.vllm.line_gate import WordIndex, any_of
-from launcher.vllm.signature_kit import EXCEPTION_LINE
+from launcher.vllm.signature_kit import EXCEPTION_LINE, new_event
 from launcher.vllm.signatures import SIGNATURES, EventKind, LogEvent, Signature
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -95,6 +95,7 @@ _REQUEST_PATH = re.compile(r"[\[ ](?:serving_\w+|\w+_tool_parser|\w+_reasoning_p
 _QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING"})
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _REQUEST = LogEvent(EventKind.REQUEST, "")
+_EXCEPTION_KIND = EventKind.EXCEPTION
 _Parsed = tuple[str | None, int | None, str | None, str]  # a line's process, pid, level and message
 _SOURCE_LINES = ("raise ", 'File "', "assert ")
 
@@ -206,7 +207,7 @@ def _first_match(line: str, table: _Table, parsed: _Parsed | None) -> LogEvent |
         found = pattern.search(message)
         if found:
             values = sig.convert(found.groupdict()) if sig.convert else _EMPTY
-            return LogEvent(sig.kind, stripped, values, sig.failure, sig.reason, sig.fatal, proc, pid)
+            return new_event(sig.kind, stripped, values, sig.failure, sig.reason, sig.fatal, proc, pid)
     return None
 
 
@@ -308,6 +309,6 @@ def _exception_event(proc: str | None, pid: int | None, level: str | None, strip
     if level in (None, "ERROR", "CRITICAL") and not stripped.startswith(_SOURCE_LINES):
         found = EXCEPTION_LINE.match(stripped)
         if found:
-            return LogEvent(EventKind.EXCEPTION, stripped, MappingProxyType({"type": found.group("type")}), proc=proc,
-                            pid=pid)
+            return new_event(_EXCEPTION_KIND, stripped, MappingProxyType({"type": found.group("type")}), None, None, None,
+                             proc, pid)
     return None

@@ -87,6 +87,34 @@ class LogEvent:
     pid: int | None = None  # … and its pid
 
 
+def _event_maker() -> Callable[..., LogEvent]:
+    """`LogEvent(kind, message, values, failure, reason, fatal, proc, pid)` at half the cost, for the classifier's
+    path (a third of a log's lines make an event): a frozen dataclass's own `__init__` sets each field through
+    `object.__setattr__`; this sets its slots directly. The same object: equal, frozen, every field given."""
+    new = object.__new__
+    s_kind, s_message, s_values, s_failure, s_reason, s_fatal, s_proc, s_pid = (
+        LogEvent.__dict__[name].__set__ for name in ("kind", "message", "values", "failure", "reason", "fatal", "proc",
+                                                     "pid"))
+
+    def make(kind: EventKind, message: str, values: Mapping[str, Any], failure: FailureClass | None, reason: str | None,
+             fatal: str | None, proc: str | None, pid: int | None) -> LogEvent:
+        event: LogEvent = new(LogEvent)
+        s_kind(event, kind)
+        s_message(event, message)
+        s_values(event, values)
+        s_failure(event, failure)
+        s_reason(event, reason)
+        s_fatal(event, fatal)
+        s_proc(event, proc)
+        s_pid(event, pid)
+        return event
+
+    return make
+
+
+new_event = _event_maker()
+
+
 @dataclass(frozen=True, slots=True)
 class Signature:
     kind: EventKind

@@ -206,3 +206,17 @@ def test_a_free_memory_failure_cut_before_its_verdict_is_no_summary() -> None:
     """The failure's first half, cut by a terminal before "is less than desired ...", has no full stop: it is no
     line of the summary of a check that passed (the wrapped failure is read whole by the fold)."""
     assert classify.classify("Free memory on device (7.34/139.72 GiB) on startup") is None
+
+
+def test_the_fast_event_constructor_makes_the_same_frozen_event() -> None:
+    """`new_event` (the classifier's path) sets the slots directly: the event equals the dataclass's own, and stays
+    frozen."""
+    import dataclasses
+
+    from launcher.vllm.signature_kit import EventKind, FailureClass, LogEvent, new_event
+
+    fields = (EventKind.FAILURE, "msg", {"free_gib": 1.5}, FailureClass.CONFIG, "port_in_use", "specific", "APIServer", 7)
+    fast, slow = new_event(*fields), LogEvent(*fields)
+    assert fast == slow and dataclasses.astuple(fast) == dataclasses.astuple(slow)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.message = "changed"  # type: ignore[misc]
