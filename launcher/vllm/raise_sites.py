@@ -17,7 +17,10 @@ or that accuse while vLLM still runs; an exception no signature knows comes here
    (received 65536)`): the context asked is more than this model, device or platform allows
    (`max_model_len_above_model`, with the length asked). Platform plugins word their own limits; the words of a
    limit and the setting's name are what they share with vLLM's;
-5. else, raised inside vLLM, a refusal whose message names one of vLLM's own settings (`max_num_batched_tokens`,
+5. else, raised inside vLLM: any exception whose message tells the operator to pass or drop one of vLLM's flags
+   (`Pass --numa-bind-nodes explicitly or disable --numa-bind`), or a refusal raised by a function that validates
+   settings (`validate_chat_template`, `verify_…`, `check_…`), is `bad_argument`;
+6. else, raised inside vLLM, a refusal whose message names one of vLLM's own settings (`max_num_batched_tokens`,
    `--kv-cache-dtype`: the shipped flag list) is a configuration that cannot work as set (`bad_argument`): vLLM's
    refusals name the setting to change.
 
