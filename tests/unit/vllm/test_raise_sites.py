@@ -124,7 +124,6 @@ def test_a_platforms_context_limit_is_config_with_both_lengths() -> None:
 def test_raised_inside_vllm_a_validators_refusal_or_a_flag_instruction_is_bad_argument() -> None:
     chat_utils = f"{SITE}vllm/entrypoints/chat_utils.py:validate_chat_template"
     refusal = "ValueError: The supplied chat template string (tool_use) appears path-like, but doesn't exist!"
-    assert judge(refusal, chat_utils) == judge(refusal, chat_utils) is not None
     verdict = judge(refusal, chat_utils)
     assert verdict is not None and (verdict.cls, verdict.reason, verdict.how) == ("config", "bad_argument", "validator")
     # The same refusal from a function that validates nothing says nothing by itself.

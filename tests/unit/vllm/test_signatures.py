@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 from launcher.vllm import classify
+from launcher.vllm.signature_kit import EventKind, FailureClass, LogEvent, new_event
 
 E = "\x1b"
 
@@ -211,10 +213,6 @@ def test_a_free_memory_failure_cut_before_its_verdict_is_no_summary() -> None:
 def test_the_fast_event_constructor_makes_the_same_frozen_event() -> None:
     """`new_event` (the classifier's path) sets the slots directly: the event equals the dataclass's own, and stays
     frozen."""
-    import dataclasses
-
-    from launcher.vllm.signature_kit import EventKind, FailureClass, LogEvent, new_event
-
     fields = (EventKind.FAILURE, "msg", {"free_gib": 1.5}, FailureClass.CONFIG, "port_in_use", "specific", "APIServer", 7)
     fast, slow = new_event(*fields), LogEvent(*fields)
     assert fast == slow and dataclasses.astuple(fast) == dataclasses.astuple(slow)
