@@ -82,7 +82,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("startup_timeout", "duration", "60m", _duration_fix("startup_timeout", "60m"),
             "The outer bound of one start-up attempt."),
     Setting("startup_stall", "duration", "10m", _duration_fix("startup_stall", "10m"),
-            "An attempt with no output and no download growth for this long fails."),
+            "An attempt with no output and no download growth for this long fails (vLLM repeating that a process "
+            "waits on another is no output)."),
     Setting("stop_grace", "duration", "30s", _duration_fix("stop_grace", "30s"),
             "SIGTERM to SIGKILL once serving (at most 5 s during start-up); vLLM drains within it."),
     Setting("gpu_release_timeout", "duration", "60s", _duration_fix("gpu_release_timeout", "60s"),
