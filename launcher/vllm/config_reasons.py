@@ -82,6 +82,14 @@ def _port_in_use(cause: str | None, n: Mapping[str, Any]) -> str:
     return f"{where}; stop what listens there or set vllm.port to a free port"
 
 
+def _max_model_len_above_model(cause: str | None, n: Mapping[str, Any]) -> str:
+    if n.get("derived_max_model_len") is None:  # a platform's own limit, worded its own way
+        return (f"max-model-len {n.get('max_model_len')} is above what this model, device or platform allows "
+                f"({cause}); set vllm.max-model-len to the limit it names")
+    return (f"max-model-len {n.get('max_model_len')} is above the model's own limit {n.get('derived_max_model_len')}; "
+            "set vllm.max-model-len to at most that")
+
+
 def _missing_dependency(cause: str | None, n: Mapping[str, Any]) -> str:
     package = n.get("package") or "the package it names"
     if package == "nvcc":
@@ -131,12 +139,7 @@ FIXES: Mapping[ConfigReason, Fix] = MappingProxyType({
         f"vLLM rejects the arguments {n.get('arguments', '')}; remove or rename them in vllm: "
         "(see `vllm serve --help=all`)"),
     ConfigReason.BAD_ARGUMENT: _rejected,  # vLLM's own message names the flag and what it wants
-    ConfigReason.MAX_MODEL_LEN_ABOVE_MODEL: lambda cause, n: (
-        f"max-model-len {n.get('max_model_len')} is above the model's own limit "
-        f"{n.get('derived_max_model_len')}; set vllm.max-model-len to at most that"
-        if n.get("derived_max_model_len") is not None else
-        f"max-model-len {n.get('max_model_len')} is above what this model, device or platform allows "
-        f"({cause}); set vllm.max-model-len to the limit it names"),
+    ConfigReason.MAX_MODEL_LEN_ABOVE_MODEL: _max_model_len_above_model,
     ConfigReason.MODEL_NOT_FOUND: lambda cause, n: (
         f"vLLM cannot find the model ({cause}); check `model:` (hub id Org/Name or a local path "
         "with config.json), the network, or HF_HUB_OFFLINE"),

@@ -62,8 +62,7 @@ _FAILURE, _EXCEPTION, _REQUEST, _SHUTDOWN, _PROGRESS, _WAITING, _VERSION, _KV_DE
 _CHAINED = ("The above exception was the direct cause of the following exception",
             "During handling of the above exception, another exception occurred")
 _MAX_WARNINGS = 20
-# vLLM's "No available shared memory broadcast block found in 60 seconds" this many times with no progress between
-# (ten minutes): a start-up that does not move. A long compile or capture prints it a few times, then moves on.
+# vLLM's 60-second shared-memory wait, this often with no progress between: stalled (a long compile waits a few).
 STALLED_WAITS = 10
 # Failures a server can still meet after "Application startup complete": uvicorn binds its port after it.
 _AFTER_STARTUP_REASONS = frozenset({"port_in_use"})
@@ -262,11 +261,11 @@ class Diagnoser:
             return
         ends_traceback = self.tracebacks.ends(event, self.lines)
         if event.failure == ENGINE_DEAD and event.message.startswith(paste.GENERIC_DEATHS):
+            if not self.completed and self.generic is not None:
+                return  # the executor stopping its workers after vLLM said the start-up failed: its cause is above
             if self.error_text is not None and self.lines - self.error_text[1] <= paste.DEATH_CAUSE_LINES:
                 # "Worker proc … died unexpectedly" says that it died, not of what: the error it printed just before does.
                 event = dataclasses.replace(event, message=self.error_text[0])
-            if not self.completed and self.generic is not None:
-                return  # the executor stopping its workers after vLLM said the start-up failed: its cause is above
         if self.completed and event.failure != ENGINE_DEAD and event.reason not in _AFTER_STARTUP_REASONS:
             # Once vLLM served, a start-up class (a model, memory or KV-cache line) describes no start-up: one
             # request's error, or another program's lines in the same file. It is a warning, never a verdict.
@@ -335,8 +334,7 @@ class Diagnoser:
             return Diagnosis(UNKNOWN, None, self.first_error or "the log ends inside a traceback", numbers, state,
                              open_since, warnings, "log_end_in_traceback")
         if len(self.waits) >= STALLED_WAITS and self.waits[0] > self.last_progress_line and not self.completed:
-            # The start-up's last word, again and again with nothing in between, is that a process waits on
-            # another (a rank hung in a collective): it never completes, however long the log goes on.
+            # Its last word, again and again with nothing between, is that a process waits (a rank hung): stalled.
             return Diagnosis(UNKNOWN, None, self.waiting, numbers, state, self.waits[0], warnings, "stalled")
         if self.errors and not self.started:
             # A pasted error with no sign of a start-up: nothing shows that this server ever worked.
@@ -350,8 +348,7 @@ class Diagnoser:
         verdict = raise_sites.judge(cause.message, module)
         if verdict is None or verdict.cls == UNKNOWN:
             return Diagnosis(UNKNOWN, None, cause.message, numbers, state, line, warnings, evidence)
-        if verdict.numbers:
-            numbers = {**numbers, **{k: v for k, v in verdict.numbers.items() if k not in numbers}}
+        numbers = {**(verdict.numbers or {}), **numbers}  # what the message states, where the log said nothing else
         return Diagnosis(verdict.cls, verdict.reason, cause.message, numbers, state, line, warnings,
                          f"{evidence}, raise site by {verdict.how}")
 
@@ -381,7 +378,10 @@ class Diagnoser:
 
 def diagnose_lines(lines: Iterable[str], block_size: int = DEFAULT_BLOCK_SIZE) -> Diagnosis:
     """Diagnose a whole log (the first failure wins, later capacity numbers win)."""
-    return diagnose_log(lines, block_size)[0]
+    diagnoser = Diagnoser(block_size)
+    for line in lines:
+        diagnoser.feed(line)
+    return diagnoser.diagnosis()
 
 
 def diagnose_log(lines: Iterable[str], block_size: int = DEFAULT_BLOCK_SIZE) -> tuple[Diagnosis, PhaseClock]:

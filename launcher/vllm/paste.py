@@ -81,7 +81,7 @@ class Tracebacks:
                 self.hints.append((number, found.group(1) or found.group(2) or found.group(3)))
             path = _FRAME_PATH.search(line)
             if path is not None:
-                function = found.group(1) if found is not None and found.group(1) else None
+                function = found.group(1) if found is not None else None
                 site = f"{path.group(1)}:{function}" if function else path.group(1)
                 _bounded(self.modules, normalize(line)[0], site)
         if TRACEBACK in line:

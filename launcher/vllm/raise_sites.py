@@ -113,8 +113,7 @@ def judge(exception: str, module: str | None = None) -> Verdict | None:
     if kind not in REFUSALS:
         # Any exception raised inside vLLM that tells the operator to pass or drop one of its flags (`Pass
         # --numa-bind-nodes explicitly or disable --numa-bind`) refuses the configuration as set.
-        flags = _flags_named(message)
-        return Verdict(CONFIG, "bad_argument", "flag") if flags else None
+        return Verdict(CONFIG, "bad_argument", "flag") if _flags_named(message) else None
     votes = _module_votes()
     for key in (site.group(1), site.group(1).rsplit("/", 1)[0]):
         verdict = votes.get(key)
@@ -142,10 +141,10 @@ def context_limit(message: str) -> dict[str, int] | None:
     if limit_words is None:
         return None
     marked = _ASKED.search(text)
-    numbers = [int(n) for n in _NUMBER.findall(text)]
+    numbers = [(found.start(), int(found.group(1))) for found in _NUMBER.finditer(text)]
     asked = int(marked.group(1) or marked.group(2)) if marked is not None else \
-        max(numbers) if len(numbers) > 1 else None  # one number and no word for it: the limit, most likely
-    after = [int(n) for n in _NUMBER.findall(text, limit_words.end()) if asked is None or int(n) < asked]
+        max(n for _, n in numbers) if len(numbers) > 1 else None  # one number, no word for it: the limit, most likely
+    after = [n for at, n in numbers if at >= limit_words.end() and (asked is None or n < asked)]
     found = {"max_model_len": asked} if asked is not None else {}
     return found | ({"derived_max_model_len": after[0]} if after else {})
 
