@@ -252,11 +252,20 @@ def test_a_sigkilled_tune_leaves_no_server_running(tuner: Any) -> None:
     try:
         poll_for(lambda: state.exists() and json.loads(state.read_text()).get("phase") == "serving", 120,
                  "the first candidate serving")
-        child = json.loads(state.read_text())["pid"]
+        up = psutil.Process(json.loads(state.read_text())["pid"])  # the up tune started: pid and start time
         proc.kill()
         proc.wait(10)
         poll_for(lambda: not t.leftovers(), 60, "the up that tune started, and its vLLM, to stop")
     finally:
         with_suppress(proc.kill)
     assert "stopped" == json.loads(state.read_text())["phase"], "the up stopped in order"
-    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+    # It writes "stopped", then exits: a process that is exiting has no environment to read (so no leftover above)
+    # and is not yet a zombie. Wait for that one process (is_running compares its start time, never a reused PID).
+    poll_for(lambda: not _alive(up), 30, "the up to exit after it stopped")
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
