@@ -21,9 +21,8 @@ failure at INFO (zero KV blocks, negative KV memory).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from types import MappingProxyType
-from typing import Any
 
 from launcher.vllm.line_gate import WordIndex, any_of
 from launcher.vllm.signature_kit import EXCEPTION_LINE, new_event
@@ -61,16 +60,16 @@ _FAILURE_WORDS = (
     "KV cache memory: -", "KV Cache is -", "GPU blocks: 0,", "The model's max seq len", "To serve at least",
     "Cannot access gated", "Access to model", "Free memory on device", "CUDA out of memory", "HIP out of memory",
     "Engine iteration timed out", "MQLLMEngine is already dead", "Engine process (pid", "Worker proc", "Engine core proc",
-    "library but it was not found")
+    "library but it was not found", "(core dumped)", "received at time=", "Memory access fault by GPU")
 _FAILURE_GATE = re.compile(r"# \w+ blocks: 0,|" + "|".join(map(re.escape, _FAILURE_WORDS)))
 _QUIET_WORDS = (
-    "KV ", "Maximum concurrency", "# ", "GPU blocks", "Model loading", "Loading", "LLM engine", "API server version",
-    "vLLM server version", "\u2588", "Starting", "Memory profiling", "Capturing", "Graph capturing", "Warming", "Compil",
-    "Download", "Fetching", "Application startup", "Shutting down", "[shutdown] API", "Replace", "Engine 0",
-    "Uvicorn running", "Free memory", "vLLM instance", "GiB kv_cache_size", "GiB, kv_cache_size",
-    "Based on the available", "maximum model length is", "{'model", "Namespace(", "_seq_len=", "_gpu_blocks is",
-    "Failed to extract", "The following fields", "-default args", " in world size", "Exception in ASGI", "Directly load",
-    ".compile t", "(profile, create", "memory broadcast", "Desired GPU",
+    "KV cache size:", "KV cache memory", "KV Cache is", "KV cache on node", "KV cache is needed", "Maximum concurrency",
+    "# ", "GPU blocks", "Model loading", "Loading", "LLM engine", "API server version", "vLLM server version", "\u2588",
+    "Starting", "Memory profiling", "Capturing", "Graph capturing", "Warming", "Compil", "Download", "Fetching",
+    "Application startup", "Shutting down", "[shutdown] API", "Uvicorn running", "Free memory", "vLLM instance",
+    "GiB kv_cache_size", "GiB, kv_cache_size", "maximum model length is", "{'model", "Namespace(", "_seq_len=",
+    "_gpu_blocks is", "Failed to extract", "The following fields", "-default args", " in world size",
+    "Exception in ASGI", "Directly load", ".compile t", "(profile, create", "memory broadcast", "Desired GPU",
     "The current --gpu", "Initial free memory", "total_hbm_limit", "total capacity of")
 _QUIET_GATE = re.compile("|".join(map(re.escape, _QUIET_WORDS)))
 # The same gates, each one search that stops only at the rare characters of a line (launcher/vllm/line_gate.py).
@@ -82,6 +81,12 @@ TRACEBACK_WORDS = ('File "', "processing method", "cuda.graph(", "Traceback (mos
 # Both gates, and the traceback words, in one search: a line with none of them ends after it. A trouble word found
 # first (`lastgroup` t…) makes the line troubled; after a quiet or a traceback word, only the rest can be.
 _FIRST_GATE = any_of(_QUIET_WORDS, marked={"t": (*_TROUBLE[1:], *_FAILURE_WORDS), "b": TRACEBACK_WORDS})
+# The first gate with a client request's words (r…), searched first: a line with none of them is no request, and most
+# lines hold none, so the request check costs most lines nothing. After a request word that was no request, the first
+# gate goes on from there (a word of its own may share that place).
+_REQUEST_WORDS = (' - "', "equest ", "esponse ")
+_ENTRY_GATE = any_of(_QUIET_WORDS, marked={"t": (*_TROUBLE[1:], *_FAILURE_WORDS), "b": TRACEBACK_WORDS,
+                                           "r": _REQUEST_WORDS})
 # The rest of a line: a trouble word (t…), or a traceback word that the fold wants to know of.
 _TROUBLE_FAST = any_of(TRACEBACK_WORDS, marked={"t": (*_TROUBLE[1:], *_FAILURE_WORDS)})
 # vLLM's own retry of a Hub lookup (`with_retry`): `<what>: <error>, retrying 1 of 2`. The call is tried
@@ -93,7 +98,6 @@ _SWALLOWED = ("Error retrieving safetensors",)
 # vLLM's logger names the module a record comes from: these handle requests, and only requests.
 _REQUEST_PATH = re.compile(r"[\[ ](?:serving_\w+|\w+_tool_parser|\w+_reasoning_parser)\.py:\d+\]")
 _QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING"})
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
 _REQUEST = LogEvent(EventKind.REQUEST, "")
 _EXCEPTION_KIND = EventKind.EXCEPTION
 _Parsed = tuple[str | None, int | None, str | None, str]  # a line's process, pid, level and message
@@ -129,60 +133,62 @@ def is_client_text(message: str) -> bool:
 
 def classify(line: str) -> LogEvent | None:
     """The event one raw log line carries, or None for the many lines that say nothing we use. Never raises."""
-    try:
-        return _classify(line[:_MAX_LINE])[0]
-    except (ValueError, TypeError, IndexError, KeyError, OverflowError, re.error):
-        return None  # a malformed number or an odd line: no event, and the pump goes on
+    return read_line(line)[0]
 
 
 def read_line(line: str) -> tuple[LogEvent | None, bool]:
     """`classify(line)`, and False where the line holds no word of TRACEBACK_WORDS and no error word (`RROR`,
     `RITICAL`, `xception`), or is a client's request (its words are the client's): the fold's own look at a line's
-    traceback and error words can skip it. Never raises."""
+    traceback and error words can skip it. Never raises: a malformed number or an odd line is no event, and the pump
+    goes on.
+
+    The same event as `classify_plain`, read in the order that turns most lines away soonest: one search for every
+    gate's words (a line with none ends there), the request check only where a request's words stand."""
     try:
-        return _classify(line[:_MAX_LINE])
+        if len(line) > _MAX_LINE:
+            line = line[:_MAX_LINE]
+        first = _ENTRY_GATE.search(line)
+        if first is not None:
+            request = first.lastgroup is not None and first.lastgroup[0] == "r"
+            if (request or ' - "' in line or "equest " in line or "esponse " in line) \
+                    and is_client_text(normalize(line)[2]):
+                return _REQUEST, False  # a client's request reached a serving vLLM; its text carries nothing
+            if request:  # no request after all: the first gate word from there on, if any
+                first = _FIRST_GATE.search(line, first.start())
+        if first is None:
+            if "rror" not in line:
+                return None, False  # no word of any gate: most lines of a log end here, after one search
+            troubled, quiet, words = True, False, True
+        elif first.lastgroup is not None and first.lastgroup[0] == "t":
+            troubled = quiet = words = True  # quiet: not known, and only asked where a retry undoes the trouble
+        else:  # a quiet or a traceback word first: a trouble word stands after it, if anywhere
+            words = first.lastgroup is not None
+            found = _TROUBLE_FAST.search(line, first.start() + 1)
+            while found is not None and found.lastgroup is None:  # a traceback word (the search finds them too)
+                words = True
+                found = _TROUBLE_FAST.search(line, found.start() + 1)
+            troubled = found is not None or "rror" in line or ("# " in line and _BLOCKS_ZERO.search(line) is not None)
+            quiet = first.lastgroup is None or _QUIET_FAST.search(line, first.start()) is not None
+            words = words or troubled  # an untroubled line holds no error word, only traceback words can stand
+        if troubled and "retrying" in line and _RETRYING.search(line) is not None:
+            troubled = False
+            quiet = _QUIET_FAST.search(line) is not None
+        if not troubled:
+            # The line is parsed only when a needle is in it (most quiet lines are progress bars): `_first_match`.
+            return (_first_match(line, _QUIET_TABLE, None) if quiet else None), words
+        parsed = _parse(line)
+        if parsed[3].lstrip().startswith(_SOURCE_LINES):
+            return None, True  # traceback source lines repeat the message that follows them
+        # A failure that vLLM does not report at INFO or WARNING is skipped on such a record: only the rest are tried.
+        event = _first_match(line, _QUIET_LEVEL_TABLE if parsed[2] in _QUIET_LEVELS else _TABLE, parsed)
+        if event is not None:
+            return event, True
+        proc, pid, level, message = parsed
+        if level in ("ERROR", "CRITICAL") and _REQUEST_PATH.search(line, 0, 400) is not None:
+            return LogEvent(EventKind.SERVING, message.lstrip(), proc=proc, pid=pid), True  # a request's error (`_match`)
+        return _exception_event(proc, pid, level, message.lstrip()), True
     except (ValueError, TypeError, IndexError, KeyError, OverflowError, re.error):
         return None, True
-
-
-def _classify(line: str) -> tuple[LogEvent | None, bool]:
-    """`classify_plain`, read in the order that turns most lines away soonest (the same event for every line),
-    and whether the line may hold a traceback or error word (see `read_line`)."""
-    if (' - "' in line or "equest " in line or "esponse " in line) and is_client_text(normalize(line)[2]):
-        return _REQUEST, False  # a client's request reached a serving vLLM; its text carries nothing, no traceback word either
-    first = _FIRST_GATE.search(line)
-    if first is None:
-        if "rror" not in line:
-            return None, False  # no word of either gate: most lines of a log end here, after one search
-        troubled, quiet, words = True, False, True
-    elif first.lastgroup is not None and first.lastgroup[0] == "t":
-        troubled = quiet = words = True  # quiet: not known, and only asked where a retry undoes the trouble
-    else:  # a quiet or a traceback word first: a trouble word stands after it, if anywhere
-        words = first.lastgroup is not None
-        found = _TROUBLE_FAST.search(line, first.start() + 1)
-        while found is not None and found.lastgroup is None:  # a traceback word (the search finds them too)
-            words = True
-            found = _TROUBLE_FAST.search(line, found.start() + 1)
-        troubled = found is not None or "rror" in line or ("# " in line and _BLOCKS_ZERO.search(line) is not None)
-        quiet = first.lastgroup is None or _QUIET_FAST.search(line, first.start()) is not None
-        words = words or troubled  # an untroubled line holds no error word, only traceback words can stand
-    if troubled and "retrying" in line and _RETRYING.search(line) is not None:
-        troubled = False
-        quiet = _QUIET_FAST.search(line) is not None
-    if not troubled:
-        # The line is parsed only when a needle is in it (most quiet lines are progress bars): `_first_match`.
-        return (_first_match(line, _QUIET_TABLE, None) if quiet else None), words
-    parsed = _parse(line)
-    if parsed[3].lstrip().startswith(_SOURCE_LINES):
-        return None, True  # traceback source lines repeat the message that follows them
-    # A failure that vLLM does not report at INFO or WARNING is skipped on such a record: only the rest are tried.
-    event = _first_match(line, _QUIET_LEVEL_TABLE if parsed[2] in _QUIET_LEVELS else _TABLE, parsed)
-    if event is not None:
-        return event, True
-    proc, pid, level, message = parsed
-    if level in ("ERROR", "CRITICAL") and _REQUEST_PATH.search(line, 0, 400) is not None:
-        return LogEvent(EventKind.SERVING, message.lstrip(), proc=proc, pid=pid), True  # a request's error (see `_match`)
-    return _exception_event(proc, pid, level, message.lstrip()), True
 
 
 def _first_match(line: str, table: _Table, parsed: _Parsed | None) -> LogEvent | None:
@@ -206,7 +212,7 @@ def _first_match(line: str, table: _Table, parsed: _Parsed | None) -> LogEvent |
             continue
         found = pattern.search(message)
         if found:
-            values = sig.convert(found.groupdict()) if sig.convert else _EMPTY
+            values = sig.convert(found.groupdict()) if sig.convert else sig.values
             return new_event(sig.kind, stripped, values, sig.failure, sig.reason, sig.fatal, proc, pid)
     return None
 
@@ -272,7 +278,7 @@ def _match(line: str, signatures: Iterable[Signature], troubled: bool) -> LogEve
             continue
         found = sig.pattern.search(message or "")
         if found:
-            values = sig.convert(found.groupdict()) if sig.convert else _EMPTY
+            values = sig.convert(found.groupdict()) if sig.convert else sig.values
             return LogEvent(sig.kind, stripped, values, sig.failure, sig.reason, sig.fatal, proc,
                             process_of(line)[1] if proc else None)
     if not troubled:

@@ -92,6 +92,9 @@ def _max_model_len_above_model(cause: str | None, n: Mapping[str, Any]) -> str:
 
 def _missing_dependency(cause: str | None, n: Mapping[str, Any]) -> str:
     package = n.get("package") or "the package it names"
+    if n.get("import_refused"):  # installed, but it refuses to load beside what else is installed
+        return (f"the Python package {package} refuses to load in vLLM's environment ({cause}); install the versions "
+                "it asks for where vLLM runs (the venv or image of launcher.vllm_bin)")
     if package == "nvcc":
         return (f"a kernel vLLM compiles at start-up needs the CUDA toolkit's compiler ({cause}); install the CUDA "
                 "toolkit where vLLM runs and set CUDA_HOME (env:) to it, or turn that kernel off (FlashInfer's "
@@ -112,6 +115,10 @@ def _heads_not_divisible(cause: str | None, n: Mapping[str, Any]) -> str:
 
 
 def _dtype_unsupported(cause: str | None, n: Mapping[str, Any]) -> str:
+    if n.get("quantization"):  # the quantization's kernels, not the GPU, refuse the dtype
+        supported = str(n.get("supported") or "another dtype").replace("torch.", "")
+        return (f"the {n['quantization']} quantization's kernels do not take {str(n.get('dtype')).replace('torch.', '')} "
+                f"(they take {supported}); set vllm.dtype to {supported.split(',')[0].strip()}")
     gpu, capability = n.get("gpu_name"), n.get("compute_capability")
     which = f"the {gpu} (compute capability {capability})" if gpu and capability else "this GPU"
     return (f"bfloat16 needs compute capability 8.0 or newer and {which} has less; set vllm.dtype: half "

@@ -93,7 +93,8 @@ CONFIG_SIGNATURES: tuple[Signature, ...] = (
             r"have `num_attention_heads`", ConfigReason.UNSUPPORTED_MODEL),
     _config("not supported", r"Model architectures? \[[^\]]*\] (?:are|is) not supported", ConfigReason.UNSUPPORTED_MODEL),
     _config("does not recognize this architecture", r"does not recognize this architecture", ConfigReason.UNSUPPORTED_MODEL),
-    _config("ddress already in use", r"(?i)\[errno 98\].*address already in use", ConfigReason.PORT_IN_USE),
+    # The server's socket: EADDRINUSE is errno 98 on Linux, 48 on macOS, 10048 on Windows.
+    _config("ddress already in use", r"(?i)\[errno \d{2,5}\].*address already in use", ConfigReason.PORT_IN_USE),
     _config("EADDRINUSE", r"name: EADDRINUSE", ConfigReason.PORT_IN_USE),
     _config("larger than the number of available GPUs",
             r"World size \((?P<world_size>\d+)\) is larger than the number of available GPUs \((?P<gpus>\d+)\)",
@@ -115,6 +116,11 @@ CONFIG_SIGNATURES: tuple[Signature, ...] = (
             r"(?:attention heads \((?P<attention_heads>\d+)\) )?must be divisible by tensor parallel size"
             r"(?: \((?P<tensor_parallel_size>\d+)\))?", ConfigReason.HEADS_NOT_DIVISIBLE,
             _numbers(attention_heads="int", tensor_parallel_size="int")),
+    # A dtype the quantization's kernels do not take (`torch.bfloat16 is not supported for quantization method awq.
+    # Supported dtypes: [torch.float16]`): the dtype's reason, with the dtypes that would do.
+    _config("not supported for quantization method", r"^\s*(?:\w+: )?(?:torch\.)?(?P<dtype>b?float\d{0,2}|half) is not "
+            r"supported for quantization method (?P<quantization>\w{1,64})\.?(?: Supported dtypes: \[(?P<supported>[^\]]"
+            r"{1,200})\])?", ConfigReason.DTYPE_UNSUPPORTED, _numbers(dtype="str", quantization="str", supported="str")),
     _config("not supported for quantization method", r"is not supported for quantization method", ConfigReason.BAD_ARGUMENT),
     _config("does not match the quantization method",
             r"Quantization method specified in the model config \(\S{1,256}\) does not match the quantization method",

@@ -59,8 +59,7 @@ _SERVING = frozenset({EventKind.SERVER_STARTING, EventKind.STARTUP_COMPLETE, Eve
 _FAILURE, _EXCEPTION, _REQUEST, _SHUTDOWN, _PROGRESS, _WAITING, _VERSION, _KV_DETAIL, _COMPLETE = (EventKind.FAILURE,
     EventKind.EXCEPTION, EventKind.REQUEST, EventKind.SHUTDOWN, EventKind.PROGRESS, EventKind.WAITING, EventKind.VERSION,
     EventKind.KV_DETAIL, EventKind.STARTUP_COMPLETE)
-_CHAINED = ("The above exception was the direct cause of the following exception",
-            "During handling of the above exception, another exception occurred")
+_CHAINED = ("The above exception was the direct cause of the following", "During handling of the above exception")
 _MAX_WARNINGS = 20
 # vLLM's 60-second shared-memory wait, this often with no progress between: stalled (a long compile waits a few).
 STALLED_WAITS = 10
@@ -167,8 +166,8 @@ class Diagnoser:
         """Frames, traceback headers and error records: what the fold reads of a line besides its event."""
         self.tracebacks.read(line, self.lines)
         if self.confirmed == "traceback" and (_CHAINED[0] in line or _CHAINED[1] in line) \
-                and self.lines - (self.failure_line or 0) <= 3:
-            # The failure was only a cause: another exception follows, and that one ends the traceback.
+                and self.tracebacks.message_since(self.failure_line or 0, self.lines):
+            # The failure was only a cause: another exception follows its message, and that one ends the traceback.
             self.confirmed, self.only_cause = None, True
         if ("rror" in line or "Failed" in line) and not self.completed:
             text = paste.error_text(line)
@@ -254,8 +253,8 @@ class Diagnoser:
                 self.numbers[key] = value
 
     def _failure(self, event: LogEvent) -> None:
-        if event.failure == DISTRIBUTED_INIT and self.completed:
-            # The group formed long ago: NCCL failing under a serving engine is that engine's death.
+        if self.completed and (event.failure == DISTRIBUTED_INIT or (event.failure, event.fatal) == (UNKNOWN, "specific")):
+            # The group formed long ago, or a native crash (the one specific unknown): under a serving engine, its death.
             event = dataclasses.replace(event, failure=ENGINE_DEAD)
         if event.failure == ENGINE_DEAD and self.shutting_down:
             return
@@ -287,11 +286,12 @@ class Diagnoser:
                 if self.confirmed is None:
                     self.confirmed = "traceback" if ends_traceback else "same_class"
                 if EXCEPTION_LINE.match(event.message) and (self.only_cause or not EXCEPTION_LINE.match(
-                        self.failure.message)) and not paste.points_elsewhere(event.message):
+                        self.failure.message) or (event.reason and not self.failure.reason)) \
+                        and not paste.points_elsewhere(event.message):
                     # vLLM's exception says it better than a figure that accused or the one it chained from: the cause.
                     self.failure = dataclasses.replace(event, values={**self.failure.values, **event.values},
                                                        reason=event.reason or self.failure.reason)
-                    self.only_cause = False
+                    self.only_cause, self.failure_line = False, self.lines
         else:
             if self.generic is None:
                 self.generic, self.generic_line = event, self.lines

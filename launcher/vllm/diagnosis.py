@@ -40,5 +40,6 @@ REPORTED_NUMBERS = (
     "derived_max_model_len", "vllm_version", "valid_tool_parsers", "tool_parser", "kv_cache_memory_fit",
     "kv_cache_memory_full", "gpu_blocks", "kv_tokens_from_blocks", "estimate_derived_by_launcher", "world_size",
     "gpus", "tried", "arguments", "argument", "package", "weights_gib", "activation_gib", "non_torch_gib", "cudagraph_gib",
-    "attention_heads", "tensor_parallel_size", "gpu_name", "compute_capability", "max_num_batched_tokens",
+    "attention_heads", "tensor_parallel_size", "gpu_name", "compute_capability", "max_num_batched_tokens", "dtype",
+    "quantization", "supported", "import_refused",
 )

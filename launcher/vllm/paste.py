@@ -40,6 +40,7 @@ _JOIN_LINES = 3  # lines after a message that may continue it
 _SPAN = 400  # lines after a traceback's header in which its final exception is looked for
 _MAX_PROCESSES = 64  # processes whose open traceback and frames are remembered
 _MAX_LINE = 4096  # longer lines are no traceback's
+_MESSAGE_LINES = 12  # an exception's message, however many lines it wraps onto, is shorter than this
 
 
 # Where a CUDA out-of-memory happened, from the traceback's frames and vLLM's "processing method X".
@@ -103,6 +104,10 @@ class Tracebacks:
 
     def module(self, proc: str | None) -> str | None:
         return self.modules.get(proc)
+
+    def message_since(self, number: int, now: int) -> bool:
+        """Only an exception's message can stand between line `number` and `now`: no frame, and a few lines at most."""
+        return now - number <= _MESSAGE_LINES and not (self.hints and self.hints[-1][0] >= number)
 
     def open_since(self) -> int:
         """The line of the latest header whose final exception never came (0: none)."""

@@ -17,10 +17,12 @@ or that accuse while vLLM still runs; an exception no signature knows comes here
    (received 65536)`): the context asked is more than this model, device or platform allows
    (`max_model_len_above_model`, with the length asked). Platform plugins word their own limits; the words of a
    limit and the setting's name are what they share with vLLM's;
-5. else, raised inside vLLM: any exception whose message tells the operator to pass or drop one of vLLM's flags
+5. else an ImportError raised by an installed package's own file (not vLLM's): that package refuses to load in
+   this environment (`Numba needs NumPy 2.2 or less`): `missing_dependency`, naming it;
+6. else, raised inside vLLM: any exception whose message tells the operator to pass or drop one of vLLM's flags
    (`Pass --numa-bind-nodes explicitly or disable --numa-bind`), or a refusal raised by a function that validates
    settings (`validate_chat_template`, `verify_…`, `check_…`), is `bad_argument`;
-6. else, raised inside vLLM, a refusal whose message names one of vLLM's own settings (`max_num_batched_tokens`,
+7. else, raised inside vLLM, a refusal whose message names one of vLLM's own settings (`max_num_batched_tokens`,
    `--kv-cache-dtype`: the shipped flag list) is a configuration that cannot work as set (`bad_argument`): vLLM's
    refusals name the setting to change.
 
@@ -64,6 +66,8 @@ _NUMBER = re.compile(r"(?<![\w.])(\d{3,9})(?![\w.])")
 _VLLM_PATH = re.compile(r"(?:^|/)(vllm/[\w/.]+\.py)(?::(\w+))?$")
 # vLLM's functions that check settings (`validate_chat_template`, `verify_with_parallel_config`, `_check_…`).
 _VALIDATOR = re.compile(r"_?(?:validate|verify|check)(?:_|$)")
+# An installed package's own file: the first folder under site-packages (pip) or dist-packages (Debian's Python).
+_INSTALLED = re.compile(r"/(?:site|dist)-packages/([A-Za-z_]\w{0,64})/")
 _DASHED_FLAG = re.compile(r"(?<![\w-])--([a-z0-9]+(?:-[a-z0-9]+)*)")
 
 
@@ -107,6 +111,11 @@ def judge(exception: str, module: str | None = None) -> Verdict | None:
     limit = context_limit(message) if kind in REFUSALS else None
     if limit is not None:
         return Verdict(CONFIG, "max_model_len_above_model", "limit", numbers=dict(limit))
+    package = _third_party(module) if kind == "ImportError" and module is not None else None
+    if package is not None:
+        # A package the start-up imports refuses to load (its own check of what it needs: `Numba needs NumPy 2.2 or
+        # less. Got NumPy 2.4.`): vLLM's environment is what to fix, not a flag.
+        return Verdict(CONFIG, "missing_dependency", "import", numbers={"package": package, "import_refused": True})
     site = _VLLM_PATH.search(module.replace("\\", "/")) if module is not None else None
     if site is None:
         return None
@@ -124,6 +133,12 @@ def judge(exception: str, module: str | None = None) -> Verdict | None:
     if _setting_names().search(message) is not None:
         return Verdict(CONFIG, "bad_argument", "setting")
     return None
+
+
+def _third_party(module: str) -> str | None:
+    """The installed package (not vLLM) whose own file raised: `…/site-packages/numba/__init__.py` → numba."""
+    found = _INSTALLED.search(module.replace("\\", "/"))
+    return found.group(1) if found is not None and found.group(1) != "vllm" else None
 
 
 def _flags_named(message: str) -> bool:

@@ -10,6 +10,7 @@ import enum
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 # An exception line, `[module.]TypeError: text`: the last line of a traceback (`type`, and `text` after ": ").
@@ -73,6 +74,9 @@ class EventKind(enum.StrEnum):
     WAITING = "waiting"
 
 
+NO_VALUES: Mapping[str, Any] = MappingProxyType({})  # an event with no numbers: one shared, read-only mapping
+
+
 @dataclass(frozen=True, slots=True)
 class LogEvent:
     """What one line says: a kind, its numbers, and whether it ends the attempt."""
@@ -125,6 +129,8 @@ class Signature:
     fatal: str | None = None
     convert: Callable[[dict[str, str | None]], dict[str, Any]] | None = None
     any_level: bool = False  # a failure that vLLM logs at INFO (zero blocks, negative KV memory)
+    # What every match says where nothing is read from the line (a phase): one read-only mapping, no call per line.
+    values: Mapping[str, Any] = field(default_factory=lambda: NO_VALUES)
 
 
 def _int(text: str | None) -> int | None:
@@ -156,8 +162,9 @@ def _tool_parser(groups: dict[str, str | None]) -> dict[str, Any]:
 
 def _sig(kind: EventKind, needle: str, pattern: str, failure: FailureClass | None = None, reason: str | None = None,
          fatal: str | None = None, convert: Callable[[dict[str, str | None]], dict[str, Any]] | None = None,
-         any_level: bool = False) -> Signature:
-    return Signature(kind, needle, re.compile(pattern), failure, reason, fatal, convert, any_level)
+         any_level: bool = False, values: Mapping[str, Any] | None = None) -> Signature:
+    return Signature(kind, needle, re.compile(pattern), failure, reason, fatal, convert, any_level,
+                     MappingProxyType(dict(values)) if values else NO_VALUES)
 
 
 

@@ -148,7 +148,7 @@ SIGNATURES: tuple[Signature, ...] = (
          convert=_numbers(max_model_len="int")),
     _sig(EventKind.VERSION, "server version", r"vLLM (?:API )?server version (?P<vllm_version>\S{1,256}?),?(?:\s|$)",
          convert=_numbers(vllm_version="str")),
-    _sig(EventKind.VERSION, "version ", r"(?:[▄█▀]\s*)+version (?P<vllm_version>\d+\.\d+\.\d+\S*)\s*$",  # 0.15+ logo
+    _sig(EventKind.VERSION, "version ", r"(?:[▄█▀]\s*)+version (?P<vllm_version>\d+\.\d+\S*)\s*$",  # 0.15+ logo
          convert=_numbers(vllm_version="str")),
     # ---- a rank of a multi-node group: torch.distributed assembled the world (printed only once every rank came)
     _sig(EventKind.JOINED, "in world size", r"^rank (?P<rank>\d+) in world size (?P<world_size>\d+) is assigned as",
@@ -160,25 +160,25 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(EventKind.INFO, "torch.compile t", r"torch\.compile (?:takes|took) (?P<compile_s>[\d.]+) s in total",
          convert=_numbers(compile_s="float")),
     _sig(EventKind.INFO, "Directly load", r"Directly load (?:the compiled graph|AOT compilation)",
-         convert=lambda g: {"compile_cache": "hit"}),
+         values={"compile_cache": "hit"}),
     _sig(EventKind.PROGRESS, "Compil", r"Compiling a graph for (?:dynamic shape|general shape|compile range "
          r"\S.{0,80}?) takes|Compiling model again due to a load failure",
-         convert=lambda g: {"compile_cache": "miss", "phase": "compile"}),
+         values={"compile_cache": "miss", "phase": "compile"}),
     _sig(EventKind.INFO, "(profile, create", r"^init engine \(profile, create kv cache, warmup model\) took "
          r"(?P<engine_init_s>[\d.]+) ?s", convert=_numbers(engine_init_s="float")),
     _sig(EventKind.PROGRESS, "Graph capturing finished in", r"Graph capturing finished in (?P<cuda_graphs_s>\d+) secs",
          convert=lambda g: {"phase": "cuda_graphs", "cuda_graphs_s": float(g["cuda_graphs_s"] or 0)}),
-    _sig(EventKind.PROGRESS, "Starting to load model", r"^Starting to load model", convert=lambda g: {"phase": "weights"}),
+    _sig(EventKind.PROGRESS, "Starting to load model", r"^Starting to load model", values={"phase": "weights"}),
     _sig(EventKind.PROGRESS, "checkpoint shards", r"Loading \S{1,256} checkpoint shards:\s+(?P<percent>\d+)% Completed",
          convert=lambda g: {"phase": "weights", "percent": _int(g.get("percent"))}),
-    _sig(EventKind.PROGRESS, "Memory profiling", r"^Memory profiling", convert=lambda g: {"phase": "profiling"}),
-    _sig(EventKind.PROGRESS, "Starting profile run", r"^Starting profile run", convert=lambda g: {"phase": "profiling"}),
-    _sig(EventKind.PROGRESS, "Capturing CUDA graph", r"Capturing CUDA graph", convert=lambda g: {"phase": "cuda_graphs"}),
-    _sig(EventKind.PROGRESS, "Graph capturing finished", r"Graph capturing finished", convert=lambda g: {"phase": "cuda_graphs"}),
-    _sig(EventKind.PROGRESS, "Warming up", r"Warming up", convert=lambda g: {"phase": "warmup"}),
-    _sig(EventKind.PROGRESS, "Compil", r"Compil(?:ing|ation)", convert=lambda g: {"phase": "compile"}),
+    _sig(EventKind.PROGRESS, "Memory profiling", r"^Memory profiling", values={"phase": "profiling"}),
+    _sig(EventKind.PROGRESS, "Starting profile run", r"^Starting profile run", values={"phase": "profiling"}),
+    _sig(EventKind.PROGRESS, "Capturing CUDA graph", r"Capturing CUDA graph", values={"phase": "cuda_graphs"}),
+    _sig(EventKind.PROGRESS, "Graph capturing finished", r"Graph capturing finished", values={"phase": "cuda_graphs"}),
+    _sig(EventKind.PROGRESS, "Warming up", r"Warming up", values={"phase": "warmup"}),
+    _sig(EventKind.PROGRESS, "Compil", r"Compil(?:ing|ation)", values={"phase": "compile"}),
     _sig(EventKind.PROGRESS, "Download", r"(?:Downloading|Download(?:ed|ing)? \S{1,256}|Fetching \d+ files)",
-         convert=lambda g: {"phase": "download"}),
+         values={"phase": "download"}),
     # ---- readiness markers (informational: readiness itself is /health + /v1/models)
     _sig(EventKind.SERVER_STARTING, "server", r"^Starting vLLM (?:API )?server(?: \d+)? on (?P<address>\S{1,256})",
          convert=_numbers(address="str")),
@@ -275,6 +275,9 @@ SIGNATURES: tuple[Signature, ...] = (
     # 0.9.1+; 0.8–0.9.0 asserted "failed to get the hash of the compiled graph" at the same check)
     _sig(EventKind.FAILURE, "failed to compile the model", rf"{_ENGINE_EXC}\w*Error: vLLM failed to compile the model\. "
          r"The most likely reason", COMPILE_CACHE, fatal="specific"),
+    # torch's reader of a compiled artifact vLLM cached (standalone_compile): the bytes on disk are not what was written.
+    _sig(EventKind.FAILURE, "Bytes object is corrupted", rf"{_ENGINE_EXC}RuntimeError: Bytes object is corrupted, "
+         r"checksum does not match", COMPILE_CACHE, fatal="specific"),
     _sig(EventKind.FAILURE, "failed to get the hash of the compiled graph",
          rf"{_ENGINE_EXC}AssertionError: failed to get the hash of the compiled graph", COMPILE_CACHE, fatal="specific"),
     # ---- the process group could not form: NCCL's own error, torch.distributed's store and rendezvous. Before
@@ -283,6 +286,10 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(EventKind.FAILURE, "nccl", r"^\s*nccl(?:System|Internal|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)Error: ",
          DISTRIBUTED_INIT, fatal="specific"),
     _sig(EventKind.FAILURE, "Dist", rf"{_ENGINE_EXC}Dist(?:Store|Network)Error: ", DISTRIBUTED_INIT, fatal="specific"),
+    # A port of vLLM's own message queues between its processes (ZeroMQ), taken between choosing it and binding it: not
+    # the API's port (that one is bound by the server's socket and says `[Errno …]`).
+    _sig(EventKind.FAILURE, "ZMQError: Address already in use", rf"{_ENGINE_EXC}ZMQError: Address already in use",
+         DISTRIBUTED_INIT, fatal="specific"),
     # ---- engine death; ignored once a shutdown is under way. Anchored at the start of the message: an
     # exception type or vLLM's own sentence starts it, where text a client sent never stands.
     _sig(EventKind.FAILURE, "EngineDeadError", rf"{_ENGINE_EXC}(?:Async)?EngineDeadError\b", ENGINE_DEAD, fatal="specific"),
@@ -301,6 +308,15 @@ SIGNATURES: tuple[Signature, ...] = (
          r"|^\s*Failed: Cuda error \S{1,256} 'an illegal",
          ENGINE_DEAD, fatal="specific"),
     _sig(EventKind.FAILURE, "Got fatal signal", r"Got fatal signal from worker processes", ENGINE_DEAD, fatal="generic"),
+    # ---- a native crash: a signal, or the GPU runtime's own fatal report, kills the process with no Python exception.
+    # Before READY no flag is known to undo it (unknown: one retry, then the line); once vLLM served, the engine died
+    # (launcher.vllm.diagnose). The shell's and Python's words stand alone on their line; Ray's carry its prefix.
+    _sig(EventKind.FAILURE, "Fatal Python error", r"^\s*Fatal Python error: \w", UNKNOWN, fatal="specific"),
+    _sig(EventKind.FAILURE, "received at time=", r"\*\*\* SIG[A-Z]{2,6} received at time=\d", UNKNOWN, fatal="specific"),
+    _sig(EventKind.FAILURE, "(core dumped)", r"^\s*(?:\S.{0,120}\s)?(?:Segmentation fault|Aborted|Bus error|Illegal "
+         r"instruction|Floating point exception)\s+\(core dumped\)", UNKNOWN, fatal="specific"),
+    _sig(EventKind.FAILURE, "by GPU node-", r"^\s*(?:Memory access fault|HW Exception) by GPU node-\d", UNKNOWN,
+         fatal="specific"),
     # ---- generic start-up failure: the root cause is printed just before or just after
     _sig(EventKind.FAILURE, "failed to start", r"(?:EngineCore|WorkerProc|Engine process) failed to start", UNKNOWN,
          fatal="generic"),

@@ -100,6 +100,8 @@ def test_the_precise_refusals_carry_vllms_numbers_into_their_fix() -> None:
         ("ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla T4 GPU "
          "has compute capability 7.5. You can use float16 instead by explicitly setting the `dtype` flag in CLI, for "
          "example: --dtype=half.", "dtype_unsupported", "the Tesla T4 (compute capability 7.5) has less; set vllm.dtype: half"),
+        ("ValueError: torch.bfloat16 is not supported for quantization method awq. Supported dtypes: [torch.float16]",
+         "dtype_unsupported", "(they take float16); set vllm.dtype to float16"),
         ("ValueError: max_num_batched_tokens (2048) is smaller than max_model_len (32768). This effectively limits the "
          "maximum sequence length to max_num_batched_tokens and makes vLLM reject longer sequences. Please increase "
          "max_num_batched_tokens or decrease max_model_len.", "batch_below_context",

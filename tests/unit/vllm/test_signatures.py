@@ -120,6 +120,11 @@ LINES: list[tuple[str, str, str | None, dict[str, Any]]] = [
      "(max_position_embeddings=4096.0 or model_max_length=None in model's config.json).", "failure", "config",
      {"max_model_len": 8192, "derived_max_model_len": 4096}),
     ("OSError: [Errno 98] Address already in use", "failure", "config", {}),
+    ("(APIServer pid=30568) OSError: [Errno 48] Address already in use", "failure", "config", {}),  # macOS's errno
+    ("ValueError: torch.bfloat16 is not supported for quantization method awq. Supported dtypes: [torch.float16]",
+     "failure", "config", {"dtype": "bfloat16", "quantization": "awq", "supported": "torch.float16"}),
+    ("▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.1.dev17670+g7d24aa6f2", "version", None,
+     {"vllm_version": "0.1.dev17670+g7d24aa6f2"}),  # a source build from a checkout without tags: two numbers
     ("ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use",
      "failure", "config", {}),
     ("huggingface_hub.errors.GatedRepoError: 401 Client Error.", "failure", "config", {}),
@@ -189,7 +194,7 @@ class TestClassify:
     def test_config_failures_carry_their_reason(self) -> None:
         reasons = {line: classify.classify(line) for line, _, f, _ in LINES if f == "config"}
         assert {"tool_parser", "unknown_flag", "max_model_len_above_model", "port_in_use", "gated_repo", "missing_dependency",
-                "model_not_found"} == {e.reason for e in reasons.values() if e is not None}
+                "model_not_found", "dtype_unsupported"} == {e.reason for e in reasons.values() if e is not None}
 
     def test_fatal_kinds(self) -> None:
         """Specific root causes end an attempt at once; generic lines wait for the root cause."""

@@ -1,4 +1,5 @@
-"""The classes a remedy exists for: a corrupted torch.compile cache, a group that never formed, a missing package."""
+"""The classes a remedy exists for: a corrupted torch.compile cache, a group that never formed, a missing package;
+and a native crash, which no flag undoes before READY and which is the engine's death after it."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ E = "(EngineCore_DP0 pid=7) ERROR 11-29 10:54:13 [core.py:708] "
     (E + "ModuleNotFoundError: No module named 'cv2'", "config", "missing_dependency", "opencv-python-headless"),
     (E + "ImportError: This modeling file requires the following packages that were not found in your environment: "
      "flash_attn, einops. Run `pip install flash_attn einops`", "config", "missing_dependency", "flash-attn einops"),
+    (E + "RuntimeError: Bytes object is corrupted, checksum does not match. Expected: b'\\xf4\\xd5\\nx', Got: "
+     "b'p\\xd2\\x80\\x8e'", "compile_cache", None, None),
+    (E + "zmq.error.ZMQError: Address already in use (addr='tcp://10.0.0.58:40043')", "distributed_init", None, None),
     (E + "LlamaTokenizer requires the SentencePiece library but it was not found in your environment. Checkout the "
      "instructions on the installation page of its repo", "config", "missing_dependency", "sentencepiece"),
 ])
@@ -59,3 +63,49 @@ def test_the_warning_that_vllm_recompiles_is_no_failure() -> None:
         "from /root/.cache/vllm/torch_compile_cache/torch_aot_compile/ab/rank_0_0/model, reason: Compile cache "
         "file corrupted.", STARTED])
     assert "ok" == d.cls
+
+
+WORKER = "(EngineCore_DP0 pid=742) (RayWorkerWrapper pid=233, ip=10.20.1.125) "
+CRASHES = [
+    "Fatal Python error: Segmentation fault",
+    WORKER + "[2025-11-12 11:12:17,145 E 233 233] logging.cc:474: *** SIGSEGV received at time=1762945937 on cpu 6 ***",
+    "Aborted (core dumped)",
+    "bash: line 1:  4242 Segmentation fault      (core dumped) vllm serve Qwen/Qwen3-8B",
+    "Memory access fault by GPU node-1 (Agent handle: 0x43578c10) on address 0x7f58f8001000. Reason: Page not present "
+    "or supervisor privilege.",
+    "HW Exception by GPU node-1 (Agent handle: 0x2f0fbb70) reason :GPU Hang",
+]
+LOADED = "(EngineCore_DP0 pid=7) INFO 11-29 10:54:00 [gpu_model_runner.py:2997] Model loading took 7.5 GiB and 9.1 seconds"
+
+
+@pytest.mark.parametrize("line", CRASHES)
+def test_a_native_crash_is_a_failure_before_ready_and_an_engine_death_after(line: str) -> None:
+    """No Python exception, only a signal or the GPU runtime's report: before READY `unknown` (no flag undoes it),
+    never `ok`; once vLLM served, the engine died."""
+    d = diagnose_lines([LOADED, line])
+    assert ("unknown", line.removeprefix(WORKER)) == (d.cls, d.root_cause)
+    assert "engine_dead" == diagnose_lines([LOADED, STARTED, line]).cls
+
+
+@pytest.mark.parametrize("line", [
+    "(APIServer pid=1) INFO 11-29 10:55:00 [api_server.py:1] To avoid a Segmentation fault (core dumped) set X=1",
+    "(APIServer pid=1) INFO 11-29 10:55:00 [logger.py:1] Fatal Python error: is a phrase a prompt may hold",
+    "the words Memory access fault by GPU node-1 inside a sentence",
+])
+def test_crash_words_inside_another_line_are_no_crash(line: str) -> None:
+    """The shell's, Python's and the GPU runtime's words stand at the start of their own line; an INFO record or a
+    sentence that holds them is no crash."""
+    assert "ok" == diagnose_lines([LOADED, line, STARTED]).cls
+
+
+def test_an_installed_package_that_refuses_to_import_is_a_missing_dependency() -> None:
+    """numba's own check raises the ImportError, not vLLM: the environment is what to fix, the package is named."""
+    site = "/venv/lib/python3.12/site-packages/"
+    d = diagnose_lines([TRACEBACK, E + f'  File "{site}vllm/v1/spec_decode/ngram_proposer.py", line 6, in <module>',
+                        E + f'  File "{site}numba/__init__.py", line 45, in _ensure_critical_deps',
+                        E + "ImportError: Numba needs NumPy 2.2 or less. Got NumPy 2.4."])
+    assert ("config", "missing_dependency", "numba") == (d.cls, d.reason, d.numbers.get("package"))
+    # An ImportError vLLM's own file raises names no installed package to fix.
+    d = diagnose_lines([TRACEBACK, E + f'  File "{site}vllm/model_executor/models/x.py", line 6, in <module>',
+                        E + "ImportError: cannot import name 'Foo' from 'vllm.model_executor.layers'"])
+    assert d.numbers.get("package") is None

@@ -188,6 +188,42 @@ def test_the_exception_chained_after_torchs_oom_is_the_root_cause() -> None:
     assert d.numbers["total_gib"] == 22.2  # torch's figure stays with vLLM's words
 
 
+def test_a_cause_whose_message_runs_over_several_lines_is_still_only_the_cause() -> None:
+    """huggingface_hub's GatedRepoError prints its message on four lines before "The above exception was the direct
+    cause…": the OSError transformers raised from it ends the chain and is the root cause. A frame between the two
+    would have made the first one's traceback a finished one."""
+    prefix = "(APIServer pid=29052) "
+    d = diagnose_lines([prefix + line for line in (
+        "Traceback (most recent call last):",
+        '  File "/venv/huggingface_hub/utils/_http.py", line 1, in hf_raise_for_status',
+        "huggingface_hub.errors.GatedRepoError: 403 Client Error. (Request ID: Root=1-6a0744fc)",
+        "",
+        "Cannot access gated repo for url https://hf-mirror.com/facebook/cwm/resolve/main/config.json.",
+        "Access to model facebook/cwm is restricted and you are not in the authorized list.",
+        "",
+        "The above exception was the direct cause of the following exception:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "/venv/transformers/utils/hub.py", line 2, in cached_files',
+        "OSError: You are trying to access a gated repo.")])
+    assert (d.cls, d.reason, d.root_cause) == ("config", "gated_repo", "OSError: You are trying to access a gated repo.")
+
+
+def test_a_later_exception_of_the_same_class_that_names_the_reason_is_the_root_cause() -> None:
+    """An excerpt that kept torch's OOM and vLLM's RuntimeError on adjacent lines, the chain between them cut: vLLM's
+    words say in which phase (the reason torch's line lacks), so they are the root cause."""
+    prefix = "(EngineCore_DP0 pid=44265) ERROR 07-26 10:24:28 [core.py:1100] "
+    d = diagnose_lines([prefix + line for line in (
+        "Traceback (most recent call last):",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 126.00 MiB. GPU 0 has a total capacity of "
+        "23.54 GiB of which 139.75 MiB is free.",
+        "RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests. Please try "
+        "lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.")])
+    assert (d.cls, d.reason) == ("startup_memory", "sampler_warmup")
+    assert d.root_cause is not None and d.root_cause.startswith("RuntimeError: CUDA out of memory occurred")
+    assert d.numbers["total_gib"] == 23.54
+
+
 def test_a_clients_request_line_opens_no_traceback_and_names_no_raise_site() -> None:
     """A client controls the prompt vLLM's request log prints: traceback words in it are the client's. They open no
     traceback and name no module that raised."""
