@@ -60,7 +60,7 @@ _FAILURE_WORDS = (
     "KV cache memory: -", "KV Cache is -", "GPU blocks: 0,", "The model's max seq len", "To serve at least",
     "Cannot access gated", "Access to model", "Free memory on device", "CUDA out of memory", "HIP out of memory",
     "Engine iteration timed out", "MQLLMEngine is already dead", "Engine process (pid", "Worker proc", "Engine core proc",
-    "library but it was not found", "(core dumped)", "received at time=", "Memory access fault by GPU")
+    "library but it was not found", "core dumped", "*** SIG", "Memory access fault by GPU")
 _FAILURE_GATE = re.compile(r"# \w+ blocks: 0,|" + "|".join(map(re.escape, _FAILURE_WORDS)))
 _QUIET_WORDS = (
     "KV cache size:", "KV cache memory", "KV Cache is", "KV cache on node", "KV cache is needed", "Maximum concurrency",
@@ -81,10 +81,12 @@ TRACEBACK_WORDS = ('File "', "processing method", "cuda.graph(", "Traceback (mos
 # Both gates, and the traceback words, in one search: a line with none of them ends after it. A trouble word found
 # first (`lastgroup` t…) makes the line troubled; after a quiet or a traceback word, only the rest can be.
 _FIRST_GATE = any_of(_QUIET_WORDS, marked={"t": (*_TROUBLE[1:], *_FAILURE_WORDS), "b": TRACEBACK_WORDS})
-# The first gate with a client request's words (r…), searched first: a line with none of them is no request, and most
-# lines hold none, so the request check costs most lines nothing. After a request word that was no request, the first
-# gate goes on from there (a word of its own may share that place).
-_REQUEST_WORDS = (' - "', "equest ", "esponse ")
+# The words every client line holds (`is_client_text`'s two patterns begin with one of them): a line with none of
+# them is no request. The first gate finds them too (r…), so the request check costs most lines nothing; after a
+# request word that was no request, the first gate goes on from there (a word of its own may share that place).
+_REQUEST_WORDS = (' - "', "Received request", "Generated response", "Added request", "Finished request",
+                  "Aborted request", "Request ")
+_REQUEST_GATE = any_of(_REQUEST_WORDS)
 _ENTRY_GATE = any_of(_QUIET_WORDS, marked={"t": (*_TROUBLE[1:], *_FAILURE_WORDS), "b": TRACEBACK_WORDS,
                                            "r": _REQUEST_WORDS})
 # The rest of a line: a trouble word (t…), or a traceback word that the fold wants to know of.
@@ -150,8 +152,8 @@ def read_line(line: str) -> tuple[LogEvent | None, bool]:
         first = _ENTRY_GATE.search(line)
         if first is not None:
             request = first.lastgroup is not None and first.lastgroup[0] == "r"
-            if (request or ' - "' in line or "equest " in line or "esponse " in line) \
-                    and is_client_text(normalize(line)[2]):
+            # A request word stands at the first gate word's place or after it, if anywhere.
+            if (request or _REQUEST_GATE.search(line, first.start()) is not None) and is_client_text(normalize(line)[2]):
                 return _REQUEST, False  # a client's request reached a serving vLLM; its text carries nothing
             if request:  # no request after all: the first gate word from there on, if any
                 first = _FIRST_GATE.search(line, first.start())
@@ -199,7 +201,10 @@ def _first_match(line: str, table: _Table, parsed: _Parsed | None) -> LogEvent |
     pid: int | None = None
     message = ""
     stripped: str | None = None
-    for index in table.needles.candidates(line):
+    # A parsed line's needles are looked for in its message only: a pattern finds the message, so a needle that stands
+    # only in the prefix (`[error_handler.py:12]`) names no signature that can match, and long prefixes cost nothing.
+    start = len(line) - len(parsed[3]) if parsed is not None and line.endswith(parsed[3]) else 0
+    for index in table.needles.candidates(line, start):
         needle, pattern, sig, failure = rows[index]
         if needle not in line:
             continue
@@ -256,7 +261,7 @@ def classify_plain(line: str) -> LogEvent | None:
 
 
 def _classify_plain(line: str) -> LogEvent | None:
-    if (' - "' in line or "equest " in line or "esponse " in line) and is_client_text(normalize(line)[2]):
+    if _REQUEST_GATE.search(line) is not None and is_client_text(normalize(line)[2]):
         return _REQUEST  # a client's request (access or request log) reached a serving vLLM; its text carries nothing
     troubled = _troubled(line) and not ("retrying" in line and _RETRYING.search(line) is not None)
     if not troubled and _QUIET_GATE.search(line) is None:
@@ -296,7 +301,7 @@ def _match(line: str, signatures: Iterable[Signature], troubled: bool) -> LogEve
 
 def classify_every_signature(line: str) -> LogEvent | None:
     """`classify` without its gates: every signature tried on the line (for tests of the gates)."""
-    if (' - "' in line or "equest " in line or "esponse " in line) and is_client_text(normalize(line)[2]):
+    if _REQUEST_GATE.search(line) is not None and is_client_text(normalize(line)[2]):
         return _REQUEST
     if "retrying" in line and _RETRYING.search(line) is not None:
         return _match(line[:_MAX_LINE], _QUIET_SIGNATURES, False)

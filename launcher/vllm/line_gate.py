@@ -82,8 +82,9 @@ class WordIndex:
             re.escape(char) if "" in group else f"{re.escape(char)}(?:{'|'.join(dict.fromkeys(group))})"
             for char, group in sorted(looks.items(), key=_commonest_first)))
 
-    def candidates(self, line: str) -> Sequence[int]:
-        found = self._regex.findall(line)
+    def candidates(self, line: str, start: int = 0) -> Sequence[int]:
+        """The words that may stand in `line[start:]` (a word's characters before `start` are still read)."""
+        found = self._regex.findall(line, start)
         if not found:
             return ()
         chars = set(found)

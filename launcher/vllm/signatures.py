@@ -312,8 +312,8 @@ SIGNATURES: tuple[Signature, ...] = (
     # Before READY no flag is known to undo it (unknown: one retry, then the line); once vLLM served, the engine died
     # (launcher.vllm.diagnose). The shell's and Python's words stand alone on their line; Ray's carry its prefix.
     _sig(EventKind.FAILURE, "Fatal Python error", r"^\s*Fatal Python error: \w", UNKNOWN, fatal="specific"),
-    _sig(EventKind.FAILURE, "received at time=", r"\*\*\* SIG[A-Z]{2,6} received at time=\d", UNKNOWN, fatal="specific"),
-    _sig(EventKind.FAILURE, "(core dumped)", r"^\s*(?:\S.{0,120}\s)?(?:Segmentation fault|Aborted|Bus error|Illegal "
+    _sig(EventKind.FAILURE, "*** SIG", r"\*\*\* SIG[A-Z]{2,6} received at time=\d", UNKNOWN, fatal="specific"),
+    _sig(EventKind.FAILURE, "core dumped", r"^\s*(?:\S.{0,120}\s)?(?:Segmentation fault|Aborted|Bus error|Illegal "
          r"instruction|Floating point exception)\s+\(core dumped\)", UNKNOWN, fatal="specific"),
     _sig(EventKind.FAILURE, "by GPU node-", r"^\s*(?:Memory access fault|HW Exception) by GPU node-\d", UNKNOWN,
          fatal="specific"),

@@ -17,10 +17,13 @@ from hypothesis import strategies as st
 from launcher.vllm.classify import (
     _FAILURE_WORDS,
     _QUIET_WORDS,
+    _REQUEST,
     _TROUBLE,
     TRACEBACK_WORDS,
     classify,
     classify_plain,
+    is_client_text,
+    normalize,
     read_line,
 )
 from launcher.vllm.signatures import SIGNATURES
@@ -98,3 +101,18 @@ def test_a_line_read_as_holding_no_traceback_word_holds_none() -> None:
     assert not missed, missed[:5]
     assert sum(not read_line(line)[1] for line in lines) > len(lines) // 3  # and most lines are skipped
     assert all(read_line(line)[0] == classify(line) for line in lines[:3000])
+
+
+def test_every_client_line_holds_a_request_word() -> None:
+    """The gates look for a client's text only where one of _REQUEST_WORDS stands: every form `is_client_text`
+    knows begins with one, prefixed or not, and a prefix that holds a gate word of its own hides none of them."""
+    messages = ['127.0.0.1:35806 - "GET /health HTTP/1.1" 200 OK', "Received request chatcmpl-1: prompt: 'x'",
+                "Received request: prompt: 'Traceback (most recent call last)'", "Generated response cmpl-1: output: 'y'",
+                "Added request cmpl-2.", "Finished request cmpl-2.", "Aborted request cmpl-3.",
+                "Request req-4 details: prompt: 'CUDA out of memory'"]
+    prefixes = ["", "INFO:     ", "(APIServer pid=1) INFO 11-29 15:41:18 [logger.py:41] ",
+                "vllm-failed-1  | (APIServer pid=1) INFO 11-29 15:41:18 [logger.py:41] "]
+    for line in (prefix + message for prefix in prefixes for message in messages):
+        assert is_client_text(normalize(line)[2]), line
+        assert (classify(line), classify_plain(line)) == (_REQUEST, _REQUEST), line
+        assert read_line(line)[1] is False, line  # its words are the client's: no traceback or error word read
