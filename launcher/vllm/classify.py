@@ -60,7 +60,8 @@ _FAILURE_WORDS = (
     "KV cache memory: -", "KV Cache is -", "GPU blocks: 0,", "The model's max seq len", "To serve at least",
     "Cannot access gated", "Access to model", "Free memory on device", "CUDA out of memory", "HIP out of memory",
     "Engine iteration timed out", "MQLLMEngine is already dead", "Engine process (pid", "Worker proc", "Engine core proc",
-    "library but it was not found", "core dumped", "*** SIG", "Memory access fault by GPU")
+    "library but it was not found", "core dumped", "*** SIG", "Memory access fault by GPU",
+    "exceeds the total number of available GPUs")
 _FAILURE_GATE = re.compile(r"# \w+ blocks: 0,|" + "|".join(map(re.escape, _FAILURE_WORDS)))
 _QUIET_WORDS = (
     "KV cache size:", "KV cache memory", "KV Cache is", "KV cache on node", "KV cache is needed", "Maximum concurrency",
@@ -70,7 +71,7 @@ _QUIET_WORDS = (
     "GiB kv_cache_size", "GiB, kv_cache_size", "maximum model length is", "{'model", "Namespace(", "_seq_len=",
     "_gpu_blocks is", "Failed to extract", "The following fields", "-default args", " in world size",
     "Exception in ASGI", "Directly load", ".compile t", "(profile, create", "memory broadcast", "Desired GPU",
-    "The current --gpu", "Initial free memory", "total_hbm_limit", "total capacity of")
+    "The current --gpu", "Initial free memory", "total_hbm_limit", "total capacity of", "Processed prompts", "GiB total")
 _QUIET_GATE = re.compile("|".join(map(re.escape, _QUIET_WORDS)))
 # The same gates, each one search that stops only at the rare characters of a line (launcher/vllm/line_gate.py).
 # `rror` has no rare character: a plain `in` finds it faster. "# " stands for `# \w+ blocks: 0,` too.

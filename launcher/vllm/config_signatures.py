@@ -27,9 +27,9 @@ def _package(groups: dict[str, str | None]) -> dict[str, Any]:
 
 
 def _config(needle: str, pattern: str, reason: ConfigReason,
-            convert: Callable[[dict[str, str | None]], dict[str, Any]] | None = None) -> Signature:
+            convert: Callable[[dict[str, str | None]], dict[str, Any]] | None = None, any_level: bool = False) -> Signature:
     """A configuration failure's signature: it decides at once (a specific fatal line) and is never retried."""
-    return _sig(EventKind.FAILURE, needle, pattern, CONFIG, reason, "specific", convert)
+    return _sig(EventKind.FAILURE, needle, pattern, CONFIG, reason, "specific", convert, any_level)
 
 
 CONFIG_SIGNATURES: tuple[Signature, ...] = (
@@ -103,7 +103,8 @@ CONFIG_SIGNATURES: tuple[Signature, ...] = (
             r"local_world_size \((?P<world_size>\d+)\) must be less than or equal to the number of visible devices "
             r"\((?P<gpus>\d+)\)", ConfigReason.NOT_ENOUGH_GPUS, _world),
     _config("exceeds the total number of available GPUs",
-            r"number of required GPUs exceeds the total number of available GPUs", ConfigReason.NOT_ENOUGH_GPUS),
+            r"number of required GPUs exceeds the total number of available GPUs", ConfigReason.NOT_ENOUGH_GPUS,
+            any_level=True),  # 0.8's Ray executor warns, then waits for GPUs that never come: an accusation
     _config("available. current_node_resource", r"Current node has no GPU available\. current_node_resource",
             ConfigReason.NOT_ENOUGH_GPUS),
     _config("devices visible)", r"--device-ids index \d+ is out of range for \w+=\S* \((?P<gpus>\d+) devices "

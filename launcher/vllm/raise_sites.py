@@ -17,11 +17,14 @@ or that accuse while vLLM still runs; an exception no signature knows comes here
    (received 65536)`): the context asked is more than this model, device or platform allows
    (`max_model_len_above_model`, with the length asked). Platform plugins word their own limits; the words of a
    limit and the setting's name are what they share with vLLM's;
-5. else an ImportError raised by an installed package's own file (not vLLM's): that package refuses to load in
+5. else an exception torch.distributed raised while forming the process group (its innermost frame in
+   `distributed_c10d.py` or a rendezvous): the group never formed (`distributed_init`), whatever its words;
+   and an ImportError raised by an installed package's own file (not vLLM's): that package refuses to load in
    this environment (`Numba needs NumPy 2.2 or less`): `missing_dependency`, naming it;
-6. else, raised inside vLLM: any exception whose message tells the operator to pass or drop one of vLLM's flags
-   (`Pass --numa-bind-nodes explicitly or disable --numa-bind`), or a refusal raised by a function that validates
-   settings (`validate_chat_template`, `verify_…`, `check_…`), is `bad_argument`;
+6. else, raised inside vLLM or with no frame at all: any exception whose message tells the operator to pass or
+   drop one of vLLM's flags (`Pass --numa-bind-nodes explicitly or disable --numa-bind`), or, raised inside vLLM,
+   a refusal raised by a function that validates settings (`validate_chat_template`, `verify_…`, `check_…`),
+   is `bad_argument`;
 7. else, raised inside vLLM, a refusal whose message names one of vLLM's own settings (`max_num_batched_tokens`,
    `--kv-cache-dtype`: the shipped flag list) is a configuration that cannot work as set (`bad_argument`): vLLM's
    refusals name the setting to change.
@@ -41,7 +44,7 @@ from typing import Any
 import yaml
 
 from launcher.config.flags import shipped_catalog
-from launcher.vllm.signature_kit import CONFIG, EXCEPTION_LINE, PYDANTIC, UNKNOWN, FailureClass
+from launcher.vllm.signature_kit import CONFIG, DISTRIBUTED_INIT, EXCEPTION_LINE, PYDANTIC, UNKNOWN, FailureClass
 
 CATALOGUE = Path(__file__).resolve().parents[1] / "data" / "vllm-source-messages.yaml"
 # The exception types vLLM raises to refuse what it was given (a setting, a model, a checkpoint). A RuntimeError,
@@ -66,6 +69,8 @@ _NUMBER = re.compile(r"(?<![\w.])(\d{3,9})(?![\w.])")
 _VLLM_PATH = re.compile(r"(?:^|/)(vllm/[\w/.]+\.py)(?::(\w+))?$")
 # vLLM's functions that check settings (`validate_chat_template`, `verify_with_parallel_config`, `_check_…`).
 _VALIDATOR = re.compile(r"_?(?:validate|verify|check)(?:_|$)")
+# torch.distributed's own files that form a process group: its entry points, the c10d store and rendezvous.
+_PROCESS_GROUP = re.compile(r"/torch/distributed/(?:distributed_c10d|c10d_logger|rendezvous|elastic/rendezvous/\w+)\.py")
 # An installed package's own file: the first folder under site-packages (pip) or dist-packages (Debian's Python).
 _INSTALLED = re.compile(r"/(?:site|dist)-packages/([A-Za-z_]\w{0,64})/")
 _DASHED_FLAG = re.compile(r"(?<![\w-])--([a-z0-9]+(?:-[a-z0-9]+)*)")
@@ -111,6 +116,10 @@ def judge(exception: str, module: str | None = None) -> Verdict | None:
     limit = context_limit(message) if kind in REFUSALS else None
     if limit is not None:
         return Verdict(CONFIG, "max_model_len_above_model", "limit", numbers=dict(limit))
+    if module is not None and _PROCESS_GROUP.search(module.replace("\\", "/")) is not None:
+        # torch.distributed raised while it formed the process group (a store, a rendezvous, NCCL's communicator): the
+        # group never formed, whatever the words (`RuntimeError: Resource temporarily unavailable`).
+        return Verdict(DISTRIBUTED_INIT, None, "module")
     package = _third_party(module) if kind == "ImportError" and module is not None else None
     if package is not None:
         # A package the start-up imports refuses to load (its own check of what it needs: `Numba needs NumPy 2.2 or
@@ -118,7 +127,9 @@ def judge(exception: str, module: str | None = None) -> Verdict | None:
         return Verdict(CONFIG, "missing_dependency", "import", numbers={"package": package, "import_refused": True})
     site = _VLLM_PATH.search(module.replace("\\", "/")) if module is not None else None
     if site is None:
-        return None
+        # A bare exception line, no frame to say who raised it: one that tells the operator to set or drop one of
+        # vLLM's flags (`Try a different backend by setting --attention-backend or disable DCP`) still says the fix.
+        return Verdict(CONFIG, "bad_argument", "flag") if module is None and _flags_named(message) else None
     if kind not in REFUSALS:
         # Any exception raised inside vLLM that tells the operator to pass or drop one of its flags (`Pass
         # --numa-bind-nodes explicitly or disable --numa-bind`) refuses the configuration as set.

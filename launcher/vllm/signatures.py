@@ -71,6 +71,8 @@ SIGNATURES: tuple[Signature, ...] = (
     # A CUDA out-of-memory message wrapped by a paste: its device's size on a line of its own.
     _sig(EventKind.KV_DETAIL, "has a total capacity of", r"^\s*(?:Tried to allocate [\d.]+ [GM]iB\. )?GPU \d+ has a "
          r"total capacity of (?P<total_gib>[\d.]+) GiB", convert=_numbers(total_gib="float")),
+    _sig(EventKind.KV_DETAIL, "GiB total", r"^\s*(?:Tried to allocate [\d.]+ [GM]iB )?\(GPU \d+; (?P<total_gib>[\d.]+) GiB "
+         r"total", convert=_numbers(total_gib="float")),  # the same, as torch before 2.1 wrote it
     # ---- no room at all for KV: INFO lines that mean the attempt is lost (vLLM raises right after)
     _sig(EventKind.FAILURE, "blocks: 0,", r"^# (?:GPU|cuda|CUDA|[A-Za-z]+) blocks: (?P<gpu_blocks>0), # CPU blocks",
          NO_CACHE_BLOCKS, fatal="specific", convert=_numbers(gpu_blocks="int"), any_level=True),
@@ -188,6 +190,8 @@ SIGNATURES: tuple[Signature, ...] = (
     # Lines only vLLM's request handling prints: a server that logs them is serving (their ERROR lines are
     # one request's trouble, answered with a 4xx/5xx to that client). Records logged by the request-path
     # modules (serving_*.py, the tool and reasoning parsers) count too (launcher/vllm/classify.py).
+    # An offline run (`LLM.generate`) with prompts done: the engine generated, as a server that answered would.
+    _sig(EventKind.SERVING, "Processed prompts", r"^Processed prompts:\s+(?:[1-9]\d?|100)%"),
     _sig(EventKind.SERVING, "Error in preprocessing prompt inputs", r"Error in preprocessing prompt inputs"),
     _sig(EventKind.SERVING, "present in the request but ignored", r"^The following fields were present in the request "
          r"but ignored"),
@@ -227,8 +231,9 @@ SIGNATURES: tuple[Signature, ...] = (
          "weights", "specific"),
     _sig(EventKind.FAILURE, "out of memory",
          r"(?:CUDA|HIP|XPU) (?:driver )?(?:error: )?out of memory(?:\. Tried to allocate (?P<tried>[\d.]+ [GM]iB))?"
-         r"(?:\.? GPU \d+ has a total capacity of (?P<total_gib>[\d.]+) GiB)?",
-         STARTUP_MEMORY, fatal="specific", convert=_numbers(tried="str", total_gib="float")),
+         r"(?:\.? GPU \d+ has a total capacity of (?P<total_gib>[\d.]+) GiB| \(GPU \d+; (?P<total_old>[\d.]+) GiB total)?",
+         STARTUP_MEMORY, fatal="specific",  # torch before 2.1 wrote `(GPU 0; 15.78 GiB total capacity; …)`
+         convert=lambda g: _numbers(tried="str", total_gib="float")({**g, "total_gib": g["total_gib"] or g["total_old"]})),
     _sig(EventKind.FAILURE, "CUBLAS_STATUS_ALLOC_FAILED", r"CUBLAS_STATUS_ALLOC_FAILED", STARTUP_MEMORY, fatal="specific"),
     _sig(EventKind.FAILURE, "Error in memory profiling", r"Error in memory profiling", STARTUP_MEMORY, "memory_changed",
          "specific"),
@@ -244,7 +249,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(EventKind.FAILURE, "kv_cache_dtype not supported", r"kv_cache_dtype not supported", FP8_UNSUPPORTED, fatal="specific"),
     # ---- KV cache too small for the context; a wrapped paste keeps its numbers on the next lines
     _sig(EventKind.FAILURE, "max seq len",
-         rf"To serve at least one request with the models?'s {_MAX_SEQ},?\s*(?:{_KV_NEEDED}|\(?(?P<needed_only>{_GIB}) Gi?B)?"
+         rf"To serve at least one request with the models?(?:'s)? {_MAX_SEQ},?\s*"
+         rf"(?:{_KV_NEEDED}|\(?(?P<needed_only>{_GIB}) Gi?B)?"
          r"(?:.*?the estimated maximum model length is (?P<estimated_max_model_len>\d+))?",
          KV_INSUFFICIENT, fatal="specific",
          convert=lambda g: {**_numbers(max_model_len="int", needed_gib="float", available_kv_gib="float",
@@ -312,7 +318,7 @@ SIGNATURES: tuple[Signature, ...] = (
     # Before READY no flag is known to undo it (unknown: one retry, then the line); once vLLM served, the engine died
     # (launcher.vllm.diagnose). The shell's and Python's words stand alone on their line; Ray's carry its prefix.
     _sig(EventKind.FAILURE, "Fatal Python error", r"^\s*Fatal Python error: \w", UNKNOWN, fatal="specific"),
-    _sig(EventKind.FAILURE, "*** SIG", r"\*\*\* SIG[A-Z]{2,6} received at time=\d", UNKNOWN, fatal="specific"),
+    _sig(EventKind.FAILURE, "*** SIG", r"\*\*\* SIG(?:SEGV|ABRT|BUS|ILL|FPE) received at time=\d", UNKNOWN, fatal="specific"),
     _sig(EventKind.FAILURE, "core dumped", r"^\s*(?:\S.{0,120}\s)?(?:Segmentation fault|Aborted|Bus error|Illegal "
          r"instruction|Floating point exception)\s+\(core dumped\)", UNKNOWN, fatal="specific"),
     _sig(EventKind.FAILURE, "by GPU node-", r"^\s*(?:Memory access fault|HW Exception) by GPU node-\d", UNKNOWN,

@@ -32,6 +32,14 @@ ROWS = [
     # A checkpoint tensor no model code knows: another checkpoint or another vLLM, not a retry.
     ("KeyError: 'layers.0.mlp.experts.w2_weight_scale_inv'", None, ("config", "unsupported_model", "parameter")),
     ("KeyError: 'model_type'", None, None),
+    # torch.distributed raising while it forms the process group: the group never formed, whatever the words.
+    ("RuntimeError: Resource temporarily unavailable",
+     f"{SITE}torch/distributed/distributed_c10d.py:_new_process_group_helper", ("distributed_init", None, "module")),
+    ("RuntimeError: Resource temporarily unavailable", f"{SITE}torch/cuda/__init__.py:_lazy_init", None),
+    # A bare exception line that tells the operator to set or drop one of vLLM's flags: the fix is in the profile.
+    ("AssertionError: Decode Context Parallelism (DCP) requires attention implementations to return the softmax LSE "
+     "during decode, but FlashInferMLASparseSM120Impl does not. Try a different backend by setting --attention-backend "
+     "or disable DCP.", None, ("config", "bad_argument", "flag")),
 ]
 
 

@@ -71,7 +71,9 @@ class TestCorpus:
     def test_known_misses_say_why_and_are_few(self) -> None:
         for log in KNOWN_MISSES:
             assert "\n" not in str(log.miss) and len(str(log.miss)) >= 10, log.file
-        assert len(KNOWN_MISSES) <= 10, "fix the classifier rather than marking more misses"
+        # About one log in 25: each batch is scored before anything is fitted to it, and what no general rule reads
+        # stays visible here rather than fitted with the log's own string.
+        assert len(KNOWN_MISSES) <= len(LOGS) // 25, "fix the classifier rather than marking more misses"
 
     def test_index_md_is_current(self) -> None:
         done = subprocess.run([sys.executable, "scripts/corpus_index.py", "--check"], cwd=ROOT, capture_output=True,

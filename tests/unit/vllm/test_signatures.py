@@ -107,6 +107,10 @@ LINES: list[tuple[str, str, str | None, dict[str, Any]]] = [
     ("ValueError: To serve at least one request with the models's max seq len (262144), (24.00 GB KV cache is "
      "needed, which is larger than the available KV cache memory (20.00 GB). Try increasing", "failure",
      "kv_insufficient", {"max_model_len": 262144, "needed_gib": 24.0}),
+    ("ValueError: To serve at least one request with the model max seq len (250000), 3.19 GiB KV cache is needed, "
+     "which is larger than the available KV cache memory (0.01 GiB). Based on the available memory, the estimated "
+     "maximum model length is 256.", "failure", "kv_insufficient",  # a paste that dropped the "'s"
+     {"max_model_len": 250000, "needed_gib": 3.19, "available_kv_gib": 0.01, "estimated_max_model_len": 256}),
     ("ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored in "
      "KV cache (56736). Try increasing", "failure", "kv_insufficient", {"estimated_max_model_len": 56736}),
     ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`", "failure",

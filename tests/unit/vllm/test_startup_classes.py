@@ -91,6 +91,9 @@ def test_a_native_crash_is_a_failure_before_ready_and_an_engine_death_after(line
     "(APIServer pid=1) INFO 11-29 10:55:00 [api_server.py:1] To avoid a Segmentation fault (core dumped) set X=1",
     "(APIServer pid=1) INFO 11-29 10:55:00 [logger.py:1] Fatal Python error: is a phrase a prompt may hold",
     "the words Memory access fault by GPU node-1 inside a sentence",
+    # A termination asked for (the operator, systemd, the launcher itself) is no crash, whoever prints it.
+    WORKER + "[2025-05-26 18:58:10,599 E 629624 629624] logging.cc:496: *** SIGTERM received at time=1748300290 on cpu 8 ***",
+    "*** SIGINT received at time=1748300290 on cpu 8 ***",
 ])
 def test_crash_words_inside_another_line_are_no_crash(line: str) -> None:
     """The shell's, Python's and the GPU runtime's words stand at the start of their own line; an INFO record or a
@@ -109,3 +112,27 @@ def test_an_installed_package_that_refuses_to_import_is_a_missing_dependency() -
     d = diagnose_lines([TRACEBACK, E + f'  File "{site}vllm/model_executor/models/x.py", line 6, in <module>',
                         E + "ImportError: cannot import name 'Foo' from 'vllm.model_executor.layers'"])
     assert d.numbers.get("package") is None
+
+
+def test_an_offline_run_that_generated_is_no_failed_start_up() -> None:
+    """`LLM.generate`'s progress with prompts done is the engine serving; the ImportError Python prints while it tears
+    itself down afterwards is no start-up failure."""
+    lines = [LOADED, "Processed prompts:  25%|██▌       | 1/4 [00:04<00:12,  4.22s/it, est. speed input: 1.42 toks/s]",
+             "Traceback (most recent call last):",
+             '  File "/usr/lib/python3.10/weakref.py", line 667, in _exitfunc',
+             "ImportError: sys.meta_path is None, Python is likely shutting down"]
+    assert "ok" == diagnose_lines(lines).cls
+    # No prompt done yet proves nothing: the same exception then ends a start-up.
+    assert "ok" != diagnose_lines([LOADED, "Processed prompts:   0%|          | 0/4 [00:00<?, ?it/s]", *lines[2:]]).cls
+
+
+def test_rays_warning_that_the_gpus_are_too_few_convicts_a_start_up_that_then_waits() -> None:
+    """vLLM 0.8's Ray executor warns that the placement group needs more GPUs than there are, then waits for them;
+    a log that ends waiting (or killed by the operator) failed for that reason."""
+    waiting = ("INFO 05-26 18:54:03 [ray_utils.py:233] Waiting for creating a placement group of specs for 10 seconds. "
+               "specs=[{'GPU': 1.0}, {'GPU': 1.0}]. Check `ray status` and `ray list nodes` to see if you have enough")
+    d = diagnose_lines(["INFO 05-26 18:53:40 [api_server.py:1043] vLLM API server version 0.8.5.post1",
+                        "WARNING 05-26 18:53:53 [ray_utils.py:342] The number of required GPUs exceeds the total "
+                        "number of available GPUs in the placement group.", waiting,
+                        "*** SIGTERM received at time=1748300290 on cpu 8 ***"])
+    assert ("config", "not_enough_gpus") == (d.cls, d.reason)
