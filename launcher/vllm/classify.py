@@ -153,8 +153,8 @@ def read_line(line: str) -> tuple[LogEvent | None, bool]:
         first = _ENTRY_GATE.search(line)
         if first is not None:
             request = first.lastgroup is not None and first.lastgroup[0] == "r"
-            # A request word stands at the first gate word's place or after it, if anywhere.
-            if (request or _REQUEST_GATE.search(line, first.start()) is not None) and is_client_text(normalize(line)[2]):
+            # Every request word holds one of these three (a plain `in` each costs less than a search).
+            if (request or ' - "' in line or "equest" in line or "esponse" in line) and is_client_text(normalize(line)[2]):
                 return _REQUEST, False  # a client's request reached a serving vLLM; its text carries nothing
             if request:  # no request after all: the first gate word from there on, if any
                 first = _FIRST_GATE.search(line, first.start())

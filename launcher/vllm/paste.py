@@ -57,6 +57,11 @@ _HINT_WINDOW = 80  # lines before the out-of-memory line whose frames still desc
 _RANK_SUFFIX = re.compile(r"[_ ]?(?:TP|PP|DP|EP|rank)?\d+$")  # one suffix; linear on any name
 
 
+def _process(line: str) -> str | None:
+    """`normalize(line)[0]`; a frame line that starts with its `File "` (most are) has no prefix, and costs nothing."""
+    return None if line.lstrip(" ").startswith('File "') and "\r" not in line else normalize(line)[0]
+
+
 def _bounded(table: dict[str | None, Any], proc: str | None, value: Any) -> None:
     if proc not in table and len(table) >= _MAX_PROCESSES:
         table.clear()
@@ -84,7 +89,7 @@ class Tracebacks:
             if path is not None:
                 function = found.group(1) if found is not None else None
                 site = f"{path.group(1)}:{function}" if function else path.group(1)
-                _bounded(self.modules, normalize(line)[0], site)
+                _bounded(self.modules, _process(line), site)
         if TRACEBACK in line:
             proc = normalize(line)[0]
             _bounded(self.open, proc, number)
