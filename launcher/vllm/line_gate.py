@@ -59,6 +59,9 @@ def any_of(words: Iterable[str], marked: Mapping[str, Iterable[str]] | None = No
     return re.compile("|".join(branches))
 
 
+_MERGED = 4096  # sets of found characters remembered by a WordIndex
+
+
 class WordIndex:
     """Which of many words a line may hold, in one pass: `candidates(line)` lists, in their order, the indices of
     the words that share their rarest character with a place in the line where one of them stands. Every word
@@ -78,6 +81,9 @@ class WordIndex:
             ahead = f"(?={re.escape(word[at + 1:])})" if at + 1 < len(word) else ""
             looks.setdefault(word[at], []).append(behind + ahead)
         self._by_char = {char: tuple(indices) for char, indices in by_char.items()}
+        # The candidates of the places found, by those places' characters: a log repeats a few line shapes (progress
+        # bars, every rank's line), so most lines find a set already merged. Bounded: emptied when full.
+        self._merged: dict[tuple[str, ...], tuple[int, ...]] = {}
         self._regex = re.compile("|".join(
             re.escape(char) if "" in group else f"{re.escape(char)}(?:{'|'.join(dict.fromkeys(group))})"
             for char, group in sorted(looks.items(), key=_commonest_first)))
@@ -87,7 +93,12 @@ class WordIndex:
         found = self._regex.findall(line, start)
         if not found:
             return ()
-        chars = set(found)
-        if len(chars) == 1:
+        if len(found) == 1:
             return self._by_char[found[0]]
-        return sorted({index for char in chars for index in self._by_char[char]})
+        key = tuple(found)
+        merged = self._merged.get(key)
+        if merged is None:
+            if len(self._merged) >= _MERGED:
+                self._merged.clear()
+            merged = self._merged[key] = tuple(sorted({index for char in set(found) for index in self._by_char[char]}))
+        return merged

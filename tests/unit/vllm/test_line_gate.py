@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from launcher.vllm import line_gate
 from launcher.vllm.line_gate import WordIndex, any_of, rarest
 
 ALPHABET = "ab (Q#█xz:"  # few characters: words overlap, repeat and share their rarest character
@@ -54,3 +57,19 @@ def test_an_empty_word_is_refused() -> None:
         any_of(["a", ""])
     with pytest.raises(ValueError):
         WordIndex(["", "a"])
+
+
+
+def test_merged_candidates_are_remembered_within_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line shape seen before gets the same candidates from memory; a stream of new shapes cannot grow it."""
+    monkeypatch.setattr(line_gate, "_MERGED", 4)
+    words = ["aQ", "aZ", "aJ", "aX"]  # each at its own rare character
+    index = WordIndex(words)
+    line = "aQ and aZ"
+    first = index.candidates(line)
+    assert [words[i] for i in first] == ["aQ", "aZ"] and index.candidates(line) == first
+    shapes = [" ".join(pair) for pair in itertools.permutations(words, 2)]  # 12 shapes, 12 sets of places
+    for shape in shapes:
+        assert sorted(words[i] for i in index.candidates(shape)) == sorted(shape.split())
+        assert len(index._merged) <= 4
+    assert index.candidates(line) == first
