@@ -46,8 +46,8 @@ _OUTER = re.compile(
 # uvicorn's access log: `127.0.0.1:54321 - "GET /path?query HTTP/1.1" 200 OK` (the path is the client's).
 _ACCESS = re.compile(r'^\s*\S+ - "[A-Z]+ ')
 # vLLM's request log (--enable-log-requests / --enable-log-outputs): prompts and outputs are the client's.
-_REQUEST_LOG = re.compile(r"^\s*(?:Received request|Generated response|Added request|Finished request|"
-                          r"Aborted request|Request \S+ (?:details|JSON body|prompt|params))\b")
+_REQUEST_VERBS = ("Received request", "Generated response", "Added request", "Finished request", "Aborted request")
+_REQUEST_LOG = re.compile(r"^\s*(?:" + "|".join(_REQUEST_VERBS) + r"|Request \S+ (?:details|JSON body|prompt|params))\b")
 _MAX_LINE = 64 * 1024  # vLLM's longest real lines (argument dumps) are a few KiB; beyond this only the head counts
 _QUIET_SIGNATURES = tuple(sig for sig in SIGNATURES if sig.kind != EventKind.FAILURE)
 # Most lines of a log carry nothing; two gates turn them away before any signature is tried.
@@ -85,8 +85,7 @@ _FIRST_GATE = any_of(_QUIET_WORDS, marked={"t": (*_TROUBLE[1:], *_FAILURE_WORDS)
 # The words every client line holds (`is_client_text`'s two patterns begin with one of them): a line with none of
 # them is no request. The first gate finds them too (r…), so the request check costs most lines nothing; after a
 # request word that was no request, the first gate goes on from there (a word of its own may share that place).
-_REQUEST_WORDS = (' - "', "Received request", "Generated response", "Added request", "Finished request",
-                  "Aborted request", "Request ")
+_REQUEST_WORDS = (' - "', *_REQUEST_VERBS, "Request ")
 _REQUEST_GATE = any_of(_REQUEST_WORDS)
 _ENTRY_GATE = any_of(_QUIET_WORDS, marked={"t": (*_TROUBLE[1:], *_FAILURE_WORDS), "b": TRACEBACK_WORDS,
                                            "r": _REQUEST_WORDS})

@@ -116,8 +116,8 @@ def _heads_not_divisible(cause: str | None, n: Mapping[str, Any]) -> str:
 
 def _dtype_unsupported(cause: str | None, n: Mapping[str, Any]) -> str:
     if n.get("quantization"):  # the quantization's kernels, not the GPU, refuse the dtype
-        supported = str(n.get("supported") or "another dtype").replace("torch.", "")
-        return (f"the {n['quantization']} quantization's kernels do not take {str(n.get('dtype')).replace('torch.', '')} "
+        supported = str(n.get("supported") or "another dtype").replace("torch.", "")  # the list keeps torch.'s prefix
+        return (f"the {n['quantization']} quantization's kernels do not take {n.get('dtype')} "
                 f"(they take {supported}); set vllm.dtype to {supported.split(',')[0].strip()}")
     gpu, capability = n.get("gpu_name"), n.get("compute_capability")
     which = f"the {gpu} (compute capability {capability})" if gpu and capability else "this GPU"

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from launcher.vllm import paste, raise_sites
+from launcher.vllm import paste, raise_sites, signatures
 from launcher.vllm.classify import normalize, read_line
 from launcher.vllm.diagnosis import REPORTED_NUMBERS, Diagnosis
 from launcher.vllm.phases import PhaseClock, line_time, timed
@@ -253,8 +253,8 @@ class Diagnoser:
                 self.numbers[key] = value
 
     def _failure(self, event: LogEvent) -> None:
-        if self.completed and (event.failure == DISTRIBUTED_INIT or (event.failure, event.fatal) == (UNKNOWN, "specific")):
-            # The group formed long ago, or a native crash (the one specific unknown): under a serving engine, its death.
+        if self.completed and (event.failure == DISTRIBUTED_INIT or signatures.is_native_crash(event)):
+            # The group formed long ago, or the process crashed: under a serving engine, its death.
             event = dataclasses.replace(event, failure=ENGINE_DEAD)
         if event.failure == ENGINE_DEAD and self.shutting_down:
             return

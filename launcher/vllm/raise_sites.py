@@ -105,6 +105,8 @@ def judge(exception: str, module: str | None = None) -> Verdict | None:
     if found is None or found.group("text") is None:
         return None
     kind, message = found.group("type"), found.group("text").strip()
+    if module is not None:
+        module = module.replace("\\", "/")  # a Windows path reads as a POSIX one from here on
     best: _Template | None = None
     for template in _templates():
         if (best is None or template.literal > best.literal) and template.pattern.match(message):
@@ -116,7 +118,7 @@ def judge(exception: str, module: str | None = None) -> Verdict | None:
     limit = context_limit(message) if kind in REFUSALS else None
     if limit is not None:
         return Verdict(CONFIG, "max_model_len_above_model", "limit", numbers=dict(limit))
-    if module is not None and _PROCESS_GROUP.search(module.replace("\\", "/")) is not None:
+    if module is not None and _PROCESS_GROUP.search(module) is not None:
         # torch.distributed raised while it formed the process group (a store, a rendezvous, NCCL's communicator): the
         # group never formed, whatever the words (`RuntimeError: Resource temporarily unavailable`).
         return Verdict(DISTRIBUTED_INIT, None, "module")
@@ -125,7 +127,7 @@ def judge(exception: str, module: str | None = None) -> Verdict | None:
         # A package the start-up imports refuses to load (its own check of what it needs: `Numba needs NumPy 2.2 or
         # less. Got NumPy 2.4.`): vLLM's environment is what to fix, not a flag.
         return Verdict(CONFIG, "missing_dependency", "import", numbers={"package": package, "import_refused": True})
-    site = _VLLM_PATH.search(module.replace("\\", "/")) if module is not None else None
+    site = _VLLM_PATH.search(module) if module is not None else None
     if site is None:
         # A bare exception line, no frame to say who raised it: one that tells the operator to set or drop one of
         # vLLM's flags (`Try a different backend by setting --attention-backend or disable DCP`) still says the fix.
@@ -147,8 +149,9 @@ def judge(exception: str, module: str | None = None) -> Verdict | None:
 
 
 def _third_party(module: str) -> str | None:
-    """The installed package (not vLLM) whose own file raised: `…/site-packages/numba/__init__.py` → numba."""
-    found = _INSTALLED.search(module.replace("\\", "/"))
+    """The installed package (not vLLM) whose own file raised (`module` already with forward slashes):
+    `…/site-packages/numba/__init__.py` → numba."""
+    found = _INSTALLED.search(module)
     return found.group(1) if found is not None and found.group(1) != "vllm" else None
 
 

@@ -36,7 +36,7 @@ from launcher.vllm.signature_kit import (
 
 __all__ = ["COMPILE_CACHE", "CONFIG", "DISTRIBUTED_INIT", "ENGINE_DEAD", "FP8_UNSUPPORTED", "KV_INSUFFICIENT",
            "NO_CACHE_BLOCKS", "OK", "SIGNATURES",
-           "STARTUP_MEMORY", "UNKNOWN", "EventKind", "FailureClass", "LogEvent", "Signature"]
+           "STARTUP_MEMORY", "UNKNOWN", "EventKind", "FailureClass", "LogEvent", "Signature", "is_native_crash"]
 
 
 def _memory_profile(groups: dict[str, str | None]) -> dict[str, Any]:
@@ -332,3 +332,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(EventKind.FAILURE, "please check the stack trace above", r"Worker failed with error .*please check the stack trace",
          UNKNOWN, fatal="generic"),
 )
+
+
+def is_native_crash(event: LogEvent) -> bool:
+    """A native crash's line (the rows above that decide at once yet name no class): under a serving engine, its
+    death. tests/unit/vllm/test_signatures.py checks that no other row is an unknown that decides at once."""
+    return event.failure == UNKNOWN and event.fatal == "specific"

@@ -227,3 +227,17 @@ def test_the_fast_event_constructor_makes_the_same_frozen_event() -> None:
     assert fast == slow and dataclasses.astuple(fast) == dataclasses.astuple(slow)
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.message = "changed"  # type: ignore[misc]
+
+
+def test_only_native_crashes_are_unknowns_that_decide_at_once() -> None:
+    """`is_native_crash` reads a row's class and fatality: an unknown that decides at once must be a crash's line
+    (a signal, Python's fatal error, the GPU runtime's fault), or a crash under a serving engine would be misread."""
+    from launcher.vllm.signatures import SIGNATURES, UNKNOWN, is_native_crash
+
+    crash_needles = {"Fatal Python error", "*** SIG", "core dumped", "by GPU node-"}
+    deciding = {sig.needle for sig in SIGNATURES if sig.failure == UNKNOWN and sig.fatal == "specific"}
+    assert crash_needles == deciding
+    crash = classify.classify("Fatal Python error: Segmentation fault")
+    generic = classify.classify("(EngineCore pid=1) ERROR 11-29 15:43:46 [core.py:1] EngineCore failed to start.")
+    assert crash is not None and is_native_crash(crash)
+    assert generic is not None and not is_native_crash(generic)
