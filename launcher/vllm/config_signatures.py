@@ -70,7 +70,13 @@ CONFIG_SIGNATURES: tuple[Signature, ...] = (
     _config("Invalid repository ID", r"Invalid repository ID or local directory specified", ConfigReason.MODEL_NOT_FOUND),
     _config("Repo id must be", r"Repo id must be in the form", ConfigReason.MODEL_NOT_FOUND),
     _config("model identifier", r"is not a valid model identifier", ConfigReason.MODEL_NOT_FOUND),
-    _config("couldn't connect to", r"We couldn't connect to '[^']*' to load the files", ConfigReason.MODEL_NOT_FOUND),
+    _config("couldn't connect to", r"We couldn't connect to '[^']*' to load (?:the files|this file)",
+            ConfigReason.MODEL_NOT_FOUND),
+    # transformers on a local folder that holds no model, and the Hub offline (HF_HUB_OFFLINE=1) with the model
+    # not in its cache: the model is not where vLLM looks for it.
+    _config("a file named config.json", r"does not appear to have a file named config\.json", ConfigReason.MODEL_NOT_FOUND),
+    _config("outgoing traffic has been disabled", r"Cannot find (?:an appropriate cached snapshot folder|the requested "
+            r"files in the disk cache)[^.]{0,120} and outgoing traffic has been disabled", ConfigReason.MODEL_NOT_FOUND),
     _config("model weights with", r"Cannot find any (?:safetensors )?model weights with", ConfigReason.MODEL_NOT_FOUND),
     _config("referenced in index but missing", r"Weight files referenced in index but missing", ConfigReason.MODEL_NOT_FOUND),
     _config("no config file found", r"Could not detect config format for no config file found", ConfigReason.MODEL_NOT_FOUND),
@@ -180,6 +186,14 @@ CONFIG_SIGNATURES: tuple[Signature, ...] = (
     _config("library but it was not found in your environment", r"^\s*(?:ImportError: )?\w{1,128} requires the "
             r"(?P<module>[\w.-]{1,128}) library but it was not found in your environment",
             ConfigReason.MISSING_DEPENDENCY, _package),
+    # An exception that tells the operator which package to install (`Please install bitsandbytes>=0.45.0 via
+    # `pip install bitsandbytes>=0.45.0``, `Please install the `deep_gemm` package`): the package is named where a
+    # command (pip install X), a quote (`X`) or what follows the name (X>=1.0, X via …) marks it as one.
+    _config("install", r"^\s*(?:[\w.]+(?:Error|Exception): ).{0,400}?(?:pip install (?:-{1,2}[\w-]+ )*['\"`]?"
+            r"(?P<pip>(?!vllm\b)[A-Za-z][\w.-]{0,63})|[Pp]lease install (?:the )?`(?P<quoted>(?!vllm\b)[A-Za-z][\w.-]{0,63})`"
+            r"|[Pp]lease install (?P<named>(?!vllm\b|the\b|it\b|a\b|an\b)[A-Za-z][\w-]{0,63})(?:[<>=~]| (?:via|with|using|"
+            r"package|first|to use|for)\b))", ConfigReason.MISSING_DEPENDENCY,
+            lambda g: _package({"module": g.get("pip") or g.get("quoted") or g.get("named")})),
     # A kernel compiled at start-up (FlashInfer's sampler, DeepGEMM) needs the CUDA toolkit's compiler.
     _config("Could not find nvcc", r"Could not find nvcc", ConfigReason.MISSING_DEPENDENCY, lambda g: {"package": "nvcc"}),
     _config("No model specified", r"No model (?:specified|_tag specified)", ConfigReason.BAD_ARGUMENT),

@@ -230,7 +230,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(EventKind.FAILURE, "not enough GPU memory", r"Failed to load model - not enough GPU memory", STARTUP_MEMORY,
          "weights", "specific"),
     _sig(EventKind.FAILURE, "out of memory",
-         r"(?:CUDA|HIP|XPU) (?:driver )?(?:error: )?out of memory(?:\. Tried to allocate (?P<tried>[\d.]+ [GM]iB))?"
+         r"(?:(?:CUDA|HIP|XPU) (?:driver )?(?:error: )?|Triton Error \[(?:CUDA|HIP)\]: )out of memory"
+         r"(?:\. Tried to allocate (?P<tried>[\d.]+ [GM]iB))?"
          r"(?:\.? GPU \d+ has a total capacity of (?P<total_gib>[\d.]+) GiB| \(GPU \d+; (?P<total_old>[\d.]+) GiB total)?",
          STARTUP_MEMORY, fatal="specific",  # torch before 2.1 wrote `(GPU 0; 15.78 GiB total capacity; …)`
          convert=lambda g: _numbers(tried="str", total_gib="float")({**g, "total_gib": g["total_gib"] or g["total_old"]})),

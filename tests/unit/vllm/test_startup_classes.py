@@ -33,6 +33,21 @@ E = "(EngineCore_DP0 pid=7) ERROR 11-29 10:54:13 [core.py:708] "
     (E + "zmq.error.ZMQError: Address already in use (addr='tcp://10.0.0.58:40043')", "distributed_init", None, None),
     (E + "LlamaTokenizer requires the SentencePiece library but it was not found in your environment. Checkout the "
      "instructions on the installation page of its repo", "config", "missing_dependency", "sentencepiece"),
+    (E + "ImportError: Please install bitsandbytes>=0.45.0 via `pip install bitsandbytes>=0.45.0` to use bitsandbytes "
+     "quantizer.", "config", "missing_dependency", "bitsandbytes"),
+    (E + "ImportError: flashinfer is not installed. Please install it with `pip install flashinfer-python`.", "config",
+     "missing_dependency", "flashinfer-python"),
+    (E + "RuntimeError: DeepGEMM backend is not available. Please install the `deep_gemm` package.", "config",
+     "missing_dependency", "deep_gemm"),
+    (E + "OSError: /models/qwen does not appear to have a file named config.json. Checkout "
+     "'https://huggingface.co//models/qwen/tree/None' for available files.", "config", "model_not_found", None),
+    (E + "OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find it in the cached files "
+     "and it looks like Qwen/Qwen3-8B is not the path to a directory containing a file named config.json.", "config",
+     "model_not_found", None),
+    (E + "huggingface_hub.errors.LocalEntryNotFoundError: Cannot find an appropriate cached snapshot folder for the "
+     "specified revision on the local disk and outgoing traffic has been disabled. To enable repo look-ups and "
+     "downloads online, set 'HF_HUB_OFFLINE=0' as environment variable.", "config", "model_not_found", None),
+    (E + "RuntimeError: Triton Error [CUDA]: out of memory", "startup_memory", None, None),
 ])
 def test_before_ready(line: str, cls: str, reason: str | None, package: str | None) -> None:
     """A traceback that ends in the line decides the start-up's class, with the package named."""
@@ -136,3 +151,15 @@ def test_rays_warning_that_the_gpus_are_too_few_convicts_a_start_up_that_then_wa
                         "number of available GPUs in the placement group.", waiting,
                         "*** SIGTERM received at time=1748300290 on cpu 8 ***"])
     assert ("config", "not_enough_gpus") == (d.cls, d.reason)
+
+
+@pytest.mark.parametrize("message", [
+    "RuntimeError: Please install the latest version of transformers to run this model.",
+    "ValueError: Please install a newer driver",
+    "ImportError: Please install vllm with the [audio] extra: pip install vllm[audio]",
+])
+def test_an_install_hint_without_a_package_name_names_no_package(message: str) -> None:
+    """"Please install" is a package's name only where a command, a quote or a version marks it: advice to upgrade
+    a library or a driver, or an extra of vLLM itself, is not a Python package missing."""
+    d = diagnose_lines([TRACEBACK, E + message])
+    assert "missing_dependency" != d.reason
