@@ -37,8 +37,9 @@ _OUTER = re.compile(
     r"(?:\[?\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?\]?\s+)?"  # docker logs -t, ISO, [bracketed]
     r"(?:\|\s(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \| \w+ \| )?"  # FastChat's logger: `| ERROR | stderr | `
     r"(?:\[rank\d+\]:\s?)?"  # torch.distributed
-    r"(?:\((?P<proc>[^)]{0,80}?) pid=(?P<pid>\d+)(?:, ip=[\w.:-]{1,64})?\)\s+)*"  # vLLM's process prefix (two when
-    # workers' lines interleave; Ray adds the node's address: `(RayWorkerWrapper pid=13269, ip=192.168.23.9)`)
+    # vLLM's process prefix (two when workers' lines interleave; Ray adds the node's address: `(RayWorkerWrapper
+    # pid=13269, ip=192.168.23.9)`), in its colour codes where a paste lost their ESC: `[1;36m(EngineCore pid=1)[0;0m`
+    r"(?:(?:\[[\d;]{1,12}m)?\((?P<proc>[^)]{0,80}?) pid=(?P<pid>\d+)(?:, ip=[\w.:-]{1,64})?\)(?:\[[\d;]{1,12}m)?\s+)*"
     r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)(?: (?:\d\d-\d\d(?: \d\d:\d\d:\d\d(?:[.,]\d+)?)?|\d+))? "
     r"\[?[^\]\s]+:\d+\] ?"  # `ERROR 05-12 10:00:00 [file.py:12]`, `ERROR 56542 [file.py:12]`, `ERROR [file.py:12]`
     r"|(?P<ulevel>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+)?"  # vLLM logger or uvicorn
@@ -59,8 +60,8 @@ _TROUBLE = ("rror", "RROR", "RITICAL", "xception", "failed", "unexpectedly", "fa
 _FAILURE_WORDS = (
     "KV cache memory: -", "KV Cache is -", "GPU blocks: 0,", "The model's max seq len", "To serve at least",
     "Cannot access gated", "Access to model", "Free memory on device", "CUDA out of memory", "HIP out of memory",
-    "Engine iteration timed out", "MQLLMEngine is already dead", "Engine process (pid", "Worker proc", "Engine core proc",
-    "library but it was not found", "core dumped", "*** SIG", "Memory access fault by GPU",
+    "NPU out of memory", "Engine iteration timed out", "MQLLMEngine is already dead", "Engine process (pid",
+    "Worker proc", "Engine core proc", "library but it was not found", "core dumped", "*** SIG", "Memory access fault by GPU",
     "exceeds the total number of available GPUs")
 _FAILURE_GATE = re.compile(r"# \w+ blocks: 0,|" + "|".join(map(re.escape, _FAILURE_WORDS)))
 _QUIET_WORDS = (

@@ -187,13 +187,15 @@ CONFIG_SIGNATURES: tuple[Signature, ...] = (
             r"(?P<module>[\w.-]{1,128}) library but it was not found in your environment",
             ConfigReason.MISSING_DEPENDENCY, _package),
     # An exception that tells the operator which package to install (`Please install bitsandbytes>=0.45.0 via
-    # `pip install bitsandbytes>=0.45.0``, `Please install the `deep_gemm` package`): the package is named where a
-    # command (pip install X), a quote (`X`) or what follows the name (X>=1.0, X via …) marks it as one.
+    # `pip install bitsandbytes>=0.45.0``, `Please install the `deep_gemm` package`, `… op requires DeepGEMM to be
+    # installed`): the package is named where a command (pip install X), a quote (`X`), what follows the name (X>=1.0,
+    # X via …) or "requires X to be installed" marks it as one.
     _config("install", r"^\s*(?:[\w.]+(?:Error|Exception): ).{0,400}?(?:pip install (?:-{1,2}[\w-]+ )*['\"`]?"
             r"(?P<pip>(?!vllm\b)[A-Za-z][\w.-]{0,63})|[Pp]lease install (?:the )?`(?P<quoted>(?!vllm\b)[A-Za-z][\w.-]{0,63})`"
             r"|[Pp]lease install (?P<named>(?!vllm\b|the\b|it\b|a\b|an\b)[A-Za-z][\w-]{0,63})(?:[<>=~]| (?:via|with|using|"
-            r"package|first|to use|for)\b))", ConfigReason.MISSING_DEPENDENCY,
-            lambda g: _package({"module": g.get("pip") or g.get("quoted") or g.get("named")})),
+            r"package|first|to use|for)\b)|\brequires (?P<required>(?!vllm\b)[A-Za-z][\w-]{0,63}) to be installed)",
+            ConfigReason.MISSING_DEPENDENCY,
+            lambda g: _package({"module": g.get("pip") or g.get("quoted") or g.get("named") or g.get("required")})),
     # A kernel compiled at start-up (FlashInfer's sampler, DeepGEMM) needs the CUDA toolkit's compiler.
     _config("Could not find nvcc", r"Could not find nvcc", ConfigReason.MISSING_DEPENDENCY, lambda g: {"package": "nvcc"}),
     _config("No model specified", r"No model (?:specified|_tag specified)", ConfigReason.BAD_ARGUMENT),

@@ -47,7 +47,9 @@ _MESSAGE_LINES = 12  # an exception's message, however many lines it wraps onto,
 _OOM_PHASES = (
     ("sampler_warmup", ("_dummy_sampler_run", "sampler_warmup")),
     ("cuda_graphs", ("capture_model", "_capture_cudagraphs", "capture_end", "capture_begin", "cuda.graph(")),
-    ("profiling", ("profile_run", "determine_num_available_blocks", "determine_available_memory")),
+    # Allocating the KV cache closes the profiling step: the budget it measured did not fit after all. (Not the engine's
+    # `_initialize_kv_caches`: it wraps profiling and graph capture both, and an outer frame comes first here.)
+    ("profiling", ("profile_run", "determine_num_available_blocks", "determine_available_memory", "allocate_kv_cache")),
     ("weights", ("load_model", "load_weights", "create_weights", "process_weights_after_loading", "repack",
                  "initialize_model")),
 )

@@ -145,6 +145,10 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(EventKind.VERSION, "LLM engine", r"Initializing (?:a V[01] |an )LLM engine(?: \(v(?P<vllm_version>[^)\s]+)\))?"
          r"(?: with config(?:.*?max_seq_len=(?P<max_model_len>\d+))?|\s*$)",
          convert=_numbers(vllm_version="str", max_model_len="int")),
+    # The engine's dump when a step crashed (vllm/logging_utils/dump_input.py) names the version too: a number only,
+    # never a new start (an excerpt of a crash may hold no banner).
+    _sig(EventKind.ENGINE_ARGS, "Dumping input data", r"^\s*Dumping input data for V[01] LLM engine \(v(?P<vllm_version>"
+         r"[^)\s]+)\)", convert=_numbers(vllm_version="str")),
     # The same record pasted with its config wrapped over several lines: the length stands on one of them.
     _sig(EventKind.VERSION, "max_seq_len=", r"^(?:dtype=\S{1,256},? )?max_seq_len=(?P<max_model_len>\d+),",
          convert=_numbers(max_model_len="int")),
@@ -230,9 +234,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(EventKind.FAILURE, "not enough GPU memory", r"Failed to load model - not enough GPU memory", STARTUP_MEMORY,
          "weights", "specific"),
     _sig(EventKind.FAILURE, "out of memory",
-         r"(?:(?:CUDA|HIP|XPU) (?:driver )?(?:error: )?|Triton Error \[(?:CUDA|HIP)\]: )out of memory"
+         r"(?:(?:CUDA|HIP|XPU|NPU) (?:driver )?(?:error: )?|Triton Error \[(?:CUDA|HIP)\]: )out of memory"
          r"(?:\. Tried to allocate (?P<tried>[\d.]+ [GM]iB))?"
-         r"(?:\.? GPU \d+ has a total capacity of (?P<total_gib>[\d.]+) GiB| \(GPU \d+; (?P<total_old>[\d.]+) GiB total)?",
+         r"(?:\.? GPU \d+ has a total capacity of (?P<total_gib>[\d.]+) GiB| \([GN]PU \d+; (?P<total_old>[\d.]+) GiB total)?",
          STARTUP_MEMORY, fatal="specific",  # torch before 2.1 wrote `(GPU 0; 15.78 GiB total capacity; …)`
          convert=lambda g: _numbers(tried="str", total_gib="float")({**g, "total_gib": g["total_gib"] or g["total_old"]})),
     _sig(EventKind.FAILURE, "CUBLAS_STATUS_ALLOC_FAILED", r"CUBLAS_STATUS_ALLOC_FAILED", STARTUP_MEMORY, fatal="specific"),
@@ -293,6 +297,10 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(EventKind.FAILURE, "nccl", r"^\s*nccl(?:System|Internal|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)Error: ",
          DISTRIBUTED_INIT, fatal="specific"),
     _sig(EventKind.FAILURE, "Dist", rf"{_ENGINE_EXC}Dist(?:Store|Network)Error: ", DISTRIBUTED_INIT, fatal="specific"),
+    # Ascend's collective library (HCCL, torch_npu) could not create the communicator: `RuntimeError: create_config:…
+    # HCCL function error: hcclCommInitRootInfoConfig(…), error code is 1`.
+    _sig(EventKind.FAILURE, "HCCL function error", rf"{_ENGINE_EXC}\w*Error: (?:\S{{1,256}} )?HCCL function error: "
+         r"hcclComm\w*Init", DISTRIBUTED_INIT, fatal="specific"),
     # A port of vLLM's own message queues between its processes (ZeroMQ), taken between choosing it and binding it: not
     # the API's port (that one is bound by the server's socket and says `[Errno …]`).
     _sig(EventKind.FAILURE, "ZMQError: Address already in use", rf"{_ENGINE_EXC}ZMQError: Address already in use",

@@ -212,6 +212,13 @@ class TestClassify:
             f"vllm-1  | [rank0]: {E}[0;36m(EngineCore_DP0 pid=7){E}[0;0m ERROR 11-29 15:33:01 [core.py:708] boom\r")
         assert ("EngineCore_DP0", "ERROR", "boom") == (proc, level, message)
 
+    def test_a_prefix_whose_colour_codes_lost_their_escape_is_still_a_prefix(self) -> None:
+        """A paste that dropped the ESC byte leaves `[1;36m(EngineCore_DP0 pid=149)[0;0m`: still vLLM's prefix, and
+        the exception after it starts the message."""
+        proc, level, message = classify.normalize(
+            "[1;36m(EngineCore_DP0 pid=149)[0;0m ERROR 12-08 22:23:04 [core.py:842] torch.AcceleratorError: HIP error")
+        assert ("EngineCore_DP0", "ERROR", "torch.AcceleratorError: HIP error") == (proc, level, message)
+
 
 def test_a_free_memory_failure_cut_before_its_verdict_is_no_summary() -> None:
     """The failure's first half, cut by a terminal before "is less than desired ...", has no full stop: it is no

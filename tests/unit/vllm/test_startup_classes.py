@@ -48,6 +48,13 @@ E = "(EngineCore_DP0 pid=7) ERROR 11-29 10:54:13 [core.py:708] "
      "specified revision on the local disk and outgoing traffic has been disabled. To enable repo look-ups and "
      "downloads online, set 'HF_HUB_OFFLINE=0' as environment variable.", "config", "model_not_found", None),
     (E + "RuntimeError: Triton Error [CUDA]: out of memory", "startup_memory", None, None),
+    (E + "RuntimeError: NPU out of memory. Tried to allocate 2.57 GiB (NPU 0; 60.96 GiB total capacity; 57.49 GiB "
+     "already allocated)", "startup_memory", None, None),
+    (E + "RuntimeError: create_config:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:148 HCCL function error: "
+     "hcclCommInitRootInfoConfig(numRanks, &rootInfo, rank, config, &(comm->hcclComm_)), error code is 1",
+     "distributed_init", None, None),
+    (E + "RuntimeError: Sparse Attention Indexer CUDA op requires DeepGEMM to be installed.", "config",
+     "missing_dependency", "deepgemm"),
 ])
 def test_before_ready(line: str, cls: str, reason: str | None, package: str | None) -> None:
     """A traceback that ends in the line decides the start-up's class, with the package named."""
@@ -163,3 +170,12 @@ def test_an_install_hint_without_a_package_name_names_no_package(message: str) -
     a library or a driver, or an extra of vLLM itself, is not a Python package missing."""
     d = diagnose_lines([TRACEBACK, E + message])
     assert "missing_dependency" != d.reason
+
+
+def test_an_out_of_memory_while_allocating_the_kv_cache_is_the_profiled_budget() -> None:
+    """The KV cache's tensors did not fit the budget that profiling measured: the profiling step's out-of-memory."""
+    frame = '(Worker_TP0 pid=9) ERROR 02-07 18:18:59 [multiproc_executor.py:824]   File "/x/vllm_ascend/worker/' \
+            'model_runner_v1.py", line 2499, in _allocate_kv_cache_tensors'
+    d = diagnose_lines([TRACEBACK, frame, E + "RuntimeError: NPU out of memory. Tried to allocate 2.57 GiB (NPU 0; "
+                        "60.96 GiB total capacity; 57.49 GiB already allocated)"])
+    assert ("startup_memory", "profiling", 60.96) == (d.cls, d.reason, d.numbers.get("total_gib"))
