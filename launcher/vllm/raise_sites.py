@@ -73,6 +73,10 @@ _VALIDATOR = re.compile(r"_?(?:validate|verify|check)(?:_|$)")
 _PROCESS_GROUP = re.compile(r"/torch/distributed/(?:distributed_c10d|c10d_logger|rendezvous|elastic/rendezvous/\w+)\.py")
 # An installed package's own file: the first folder under site-packages (pip) or dist-packages (Debian's Python).
 _INSTALLED = re.compile(r"/(?:site|dist)-packages/([A-Za-z_]\w{0,64})/")
+# Python's JSON decoder on a malformed file (an empty or cut config.json, tokenizer_config.json): whatever raised it
+# (pydantic's validation of vLLM's config passes it on), the file is broken, not a setting refused.
+_JSON_DECODE = re.compile(r"(?:Expecting (?:value|property name enclosed in double quotes|',' delimiter|':' delimiter)"
+                          r"|Extra data|Unterminated string starting at|Invalid control character at): line \d+ column \d+")
 _DASHED_FLAG = re.compile(r"(?<![\w-])--([a-z0-9]+(?:-[a-z0-9]+)*)")
 
 
@@ -105,6 +109,8 @@ def judge(exception: str, module: str | None = None) -> Verdict | None:
     if found is None or found.group("text") is None:
         return None
     kind, message = found.group("type"), found.group("text").strip()
+    if _JSON_DECODE.match(message):
+        return Verdict(UNKNOWN, None, "message", note="a JSON file the start-up reads (the model's) is malformed")
     if module is not None:
         module = module.replace("\\", "/")  # a Windows path reads as a POSIX one from here on
     best: _Template | None = None

@@ -297,6 +297,10 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(EventKind.FAILURE, "nccl", r"^\s*nccl(?:System|Internal|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)Error: ",
          DISTRIBUTED_INIT, fatal="specific"),
     _sig(EventKind.FAILURE, "Dist", rf"{_ENGINE_EXC}Dist(?:Store|Network)Error: ", DISTRIBUTED_INIT, fatal="specific"),
+    # Ray's head could not start its control service (GCS: a port taken, /tmp full): the cluster vLLM's workers join
+    # never formed.
+    _sig(EventKind.FAILURE, "Failed to start GCS", rf"{_ENGINE_EXC}RuntimeError: Failed to start GCS\b", DISTRIBUTED_INIT,
+         fatal="specific"),
     # Ascend's collective library (HCCL, torch_npu) could not create the communicator: `RuntimeError: create_config:…
     # HCCL function error: hcclCommInitRootInfoConfig(…), error code is 1`.
     _sig(EventKind.FAILURE, "HCCL function error", rf"{_ENGINE_EXC}\w*Error: (?:\S{{1,256}} )?HCCL function error: "

@@ -179,3 +179,17 @@ def test_an_out_of_memory_while_allocating_the_kv_cache_is_the_profiled_budget()
     d = diagnose_lines([TRACEBACK, frame, E + "RuntimeError: NPU out of memory. Tried to allocate 2.57 GiB (NPU 0; "
                         "60.96 GiB total capacity; 57.49 GiB already allocated)"])
     assert ("startup_memory", "profiling", 60.96) == (d.cls, d.reason, d.numbers.get("total_gib"))
+
+
+def test_a_malformed_json_file_is_no_refused_setting() -> None:
+    """pydantic passes on the JSON decoder's error about a model file (an empty config): vLLM's config module raised
+    it, yet no flag is wrong; a file is broken (unknown)."""
+    d = diagnose_lines([TRACEBACK, E + "pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+                        "ModelConfig", E + "  Value error, Expecting value: line 1 column 1 (char 0) [type=value_error, "
+                        "input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]"])
+    assert ("unknown", None) == (d.cls, d.reason)
+
+
+def test_rays_control_service_failing_to_start_is_a_group_that_never_formed() -> None:
+    d = diagnose_lines(["RuntimeError: Failed to start GCS.  Last 0 lines of error files:"])
+    assert "distributed_init" == d.cls
