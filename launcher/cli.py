@@ -225,14 +225,15 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     from launcher.plan import render
     from launcher.run import ladder
     from launcher.vllm.diagnose import diagnose_log
+    from launcher.vllm.log_export import printed_lines
     from launcher.vllm.phases import short
 
     try:
         if args.logfile == "-":
-            diagnosis, clock = diagnose_log(sys.stdin)
+            diagnosis, clock = diagnose_log(printed_lines(sys.stdin))
         else:
             with open(args.logfile, encoding="utf-8", errors="replace") as handle:
-                diagnosis, clock = diagnose_log(handle)
+                diagnosis, clock = diagnose_log(printed_lines(handle))
     except OSError as exc:
         raise UsageError(f"cannot read {args.logfile}: {exc.strerror}") from None
     prof = load(args.profile) if args.profile else None

@@ -16,6 +16,7 @@ import yaml
 from launcher.vllm.classify import normalize
 from launcher.vllm.diagnose import diagnose_lines
 from launcher.vllm.diagnosis import Diagnosis
+from launcher.vllm.log_export import printed_lines
 from launcher.vllm.signatures import OK
 
 REAL = Path(__file__).resolve().parent / "data" / "logs" / "real"
@@ -48,8 +49,9 @@ class RealLog:
         first, _, rest = text.partition("\n")
         if not first.startswith("# source: "):
             raise ValueError(f"{self.file}: the first line must be '# source: <url>'")
-        # Keep `\r` inside lines (progress bars, vLLM's multi-line records) as a pipe would deliver them.
-        yield from rest.split("\n")
+        # Keep `\r` inside lines (progress bars, vLLM's multi-line records) as a pipe would deliver them. A logging
+        # service's JSON export is read as `vllm-launch diagnose` reads it: the lines its entries hold.
+        yield from printed_lines(rest.split("\n"))
 
 
 def corpus() -> list[RealLog]:

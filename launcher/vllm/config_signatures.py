@@ -137,6 +137,10 @@ CONFIG_SIGNATURES: tuple[Signature, ...] = (
             ConfigReason.DTYPE_UNSUPPORTED, _numbers(gpu_name="str", compute_capability="str")),
     _config("is not supported for the current GPU", r"The quantization method \S{1,256}(?: \+ \w+)? is not supported "
             r"for the current GPU\. Minimum capability", ConfigReason.BAD_ARGUMENT),
+    # Its sibling in vLLM's kernel selection (model_executor/kernels/linear): no kernel for the checkpoint's quantized
+    # layers on this GPU with the linear backend as set (each kernel's reason follows on the next lines).
+    _config("Failed to find a kernel that can implement", r"Failed to find a kernel that can implement the \w{1,64} linear "
+            r"layer", ConfigReason.BAD_ARGUMENT),
     _config("is smaller than max_model_len", r"max_num_batched_tokens \((?P<max_num_batched_tokens>\d+)\) is "
             r"smaller than max_model_len \((?P<max_model_len>\d+)\)", ConfigReason.BATCH_BELOW_CONTEXT,
             _numbers(max_num_batched_tokens="int", max_model_len="int")),
