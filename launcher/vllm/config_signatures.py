@@ -173,7 +173,8 @@ CONFIG_SIGNATURES: tuple[Signature, ...] = (
     _config("Invalid quantization method", r"Invalid quantization method: \S{1,256}", ConfigReason.BAD_ARGUMENT),
     _config("Placement group bundle", r"Placement group bundle cannot have more than \d+ \w+", ConfigReason.BAD_ARGUMENT),
     _config("oad_format", r"Unknown load_format: \S{1,256}|Load format `[^`]+` is not supported", ConfigReason.BAD_ARGUMENT),
-    _config("Unknown vLLM environment variable detected", r"Unknown vLLM environment variable detected: \S{1,256}",
+    _config("Unknown vLLM environment variable detected", r"^\s*(?:[\w.]+: )?Unknown vLLM environment variable "
+            r"detected: \S{1,256}",
             ConfigReason.BAD_ARGUMENT),
     _config("block size", r"share no supported KV cache block size|^\s*(?:\w+: )?No common block size for \d+"
             r"|KV cache block size \d+ is not supported by attention backend", ConfigReason.BAD_ARGUMENT),
