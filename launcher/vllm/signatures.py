@@ -145,6 +145,14 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(EventKind.VERSION, "LLM engine", r"Initializing (?:a V[01] |an )LLM engine(?: \(v(?P<vllm_version>[^)\s]+)\))?"
          r"(?: with config(?:.*?max_seq_len=(?P<max_model_len>\d+))?|\s*$)",
          convert=_numbers(vllm_version="str", max_model_len="int")),
+    # The version as an environment report (vLLM's collect_env: `vLLM Version: 0.22.0`) pasted with the log writes it.
+    _sig(EventKind.ENGINE_ARGS, "vLLM Version", r"^\s*vLLM Version\s*: (?P<vllm_version>\d+\.\d+[\w.+-]*)\s*$",
+         convert=_numbers(vllm_version="str")),
+    _sig(EventKind.ENGINE_ARGS, "vLLM version:", r"^\s*vLLM version: (?P<vllm_version>\d+\.\d+[\w.+-]*)\s*$",
+         convert=_numbers(vllm_version="str")),
+    # The context length vLLM resolved (the model's own when none was asked): a number where no argument gave one.
+    _sig(EventKind.ENGINE_ARGS, "Using max model len", r"^\s*Using max model len (?P<max_model_len>\d+)\s*$",
+         convert=_numbers(max_model_len="int")),
     # The engine's dump when a step crashed (vllm/logging_utils/dump_input.py) names the version too: a number only,
     # never a new start (an excerpt of a crash may hold no banner).
     _sig(EventKind.ENGINE_ARGS, "Dumping input data", r"^\s*Dumping input data for V[01] LLM engine \(v(?P<vllm_version>"

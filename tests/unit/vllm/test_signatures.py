@@ -248,3 +248,20 @@ def test_only_native_crashes_are_unknowns_that_decide_at_once() -> None:
     generic = classify.classify("(EngineCore pid=1) ERROR 11-29 15:43:46 [core.py:1] EngineCore failed to start.")
     assert crash is not None and is_native_crash(crash)
     assert generic is not None and not is_native_crash(generic)
+
+
+def test_the_length_vllm_resolved_is_the_last_it_printed() -> None:
+    """"Using max model len" is the length vLLM runs with; printed twice (a model's config shortens it), the last
+    stands, over the length the arguments asked."""
+    from launcher.vllm.diagnose import diagnose_lines
+
+    head = "(APIServer pid=1) INFO 02-28 16:40:50 [model.py:1661] "
+    d = diagnose_lines([head.replace("[model.py:1661]", "[utils.py:328]") + "non-default args: {'max_model_len': 8192}",
+                        head + "Using max model len 8192", head + "Using max model len 2048"])
+    assert 2048 == d.numbers.get("max_model_len")
+
+
+@pytest.mark.parametrize("line", ["vLLM Version                              : 0.11.0", "vLLM version: 0.11.0"])
+def test_an_environment_reports_version_is_read(line: str) -> None:
+    event = classify.classify(line)
+    assert event is not None and "0.11.0" == event.values.get("vllm_version")
