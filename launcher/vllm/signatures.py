@@ -146,11 +146,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?: with config(?:.*?max_seq_len=(?P<max_model_len>\d+))?|\s*$)",
          convert=_numbers(vllm_version="str", max_model_len="int")),
     # The version as an environment report (vLLM's collect_env: `vLLM Version: 0.22.0`) pasted with the log writes it.
-    _sig(EventKind.ENGINE_ARGS, "vLLM Version", r"^\s*vLLM Version\s*: (?P<vllm_version>\d+\.\d+[\w.+-]*)\s*$",
+    _sig(EventKind.ENGINE_ARGS, "vLLM ", r"^\s*vLLM [Vv]ersion\s*: (?P<vllm_version>\d+\.\d+[\w.+-]*)\s*$",
          convert=_numbers(vllm_version="str")),
-    _sig(EventKind.ENGINE_ARGS, "vLLM version:", r"^\s*vLLM version: (?P<vllm_version>\d+\.\d+[\w.+-]*)\s*$",
-         convert=_numbers(vllm_version="str")),
-    # The context length vLLM resolved (the model's own when none was asked): a number where no argument gave one.
+    # The context length vLLM runs with (the model's own when none was asked, shortened where the model's config says
+    # so): the last one printed stands (launcher.vllm.diagnose keeps the latest max_model_len).
     _sig(EventKind.ENGINE_ARGS, "Using max model len", r"^\s*Using max model len (?P<max_model_len>\d+)\s*$",
          convert=_numbers(max_model_len="int")),
     # The engine's dump when a step crashed (vllm/logging_utils/dump_input.py) names the version too: a number only,
