@@ -40,10 +40,10 @@ from launcher.vllm.signatures import (
 )
 from launcher.vllm.versions import DEFAULT_BLOCK_SIZE
 
-# Numbers that describe the server's capacity. With TP/PP every rank prints its own line and the
-# engine uses the smallest, so these keep the minimum; a new start in the same log starts afresh.
+# Numbers that describe the server's capacity. With TP/PP every rank prints its own line and the engine uses the
+# smallest, so these keep the minimum (the weights' figure: the first rank's); a new start in the log starts afresh.
 _PER_RANK_MIN = frozenset({"kv_tokens", "max_concurrency", "available_kv_gib", "gpu_blocks"})
-_CAPACITY_KEYS = frozenset({"concurrency_len", "model_loading_gib", "vllm_version", "kv_cache_memory_fit", "max_model_len",
+_CAPACITY_KEYS = frozenset({"concurrency_len", "vllm_version", "kv_cache_memory_fit", "max_model_len",
                             "kv_cache_memory_full", "weights_gib", "activation_gib", "non_torch_gib", "cudagraph_gib"})
 # Lines that show the start-up moving on: a failure line read before one of these did not end it.
 ACQUITTING = frozenset({EventKind.PROGRESS, EventKind.MODEL_LOADING, EventKind.KV_TOKENS, EventKind.CONCURRENCY,
@@ -244,7 +244,7 @@ class Diagnoser:
         if kind is not _FAILURE and kind is not _EXCEPTION:
             self.last_progress_line = self.lines
         if kind is _VERSION and "vllm_version" in event.values and self.failure is None:
-            for key in _PER_RANK_MIN:  # a new start of vLLM in the same log: its capacity replaces the last
+            for key in (*_PER_RANK_MIN, "model_loading_gib"):  # a new start of vLLM in the same log: its capacity
                 self.numbers.pop(key, None)
         for key, value in event.values.items():
             if key in _PER_RANK_MIN and isinstance(value, int | float) and isinstance(self.numbers.get(key), int | float):
