@@ -185,7 +185,6 @@ def context_limit(message: str) -> dict[str, int] | None:
 
 
 @functools.cache
-@functools.cache
 def _setting_names() -> re.Pattern[str]:
     """vLLM's settings of two words or more, as its messages write them (`max_num_batched_tokens`, `--max-model-len`,
     `max-model-len`); one-word flags (`dtype`, `device`) are too common words to name a setting."""
