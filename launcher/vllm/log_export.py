@@ -2,7 +2,7 @@
 
 Cloud logging exports a container's output as JSON: a list of entries (`gcloud logging read --format=json`), or one
 entry per line, each with the printed line in `textPayload` and a `timestamp`. Read line by line, such a file shows
-the diagnosis JSON keys and escaped quotes (`File \\"/usr/…\\"`): no traceback, no prefix. `printed_lines` gives the
+JSON keys and escaped quotes (`File \\"/usr/…\\"`): no traceback, no prefix. `printed_lines` gives the
 printed lines instead, oldest first (an export may list the newest first); any other text passes through unchanged.
 """
 
