@@ -41,7 +41,7 @@ from launcher.vllm.signatures import (
 from launcher.vllm.versions import DEFAULT_BLOCK_SIZE
 
 # Numbers that describe the server's capacity. With TP/PP every rank prints its own line and the engine uses the
-# smallest, so these keep the minimum (the weights' figure: the first rank's); a new start in the log starts afresh.
+# smallest, so these keep the minimum; a new start in the log clears them, and the weights figure (the first rank's).
 _PER_RANK_MIN = frozenset({"kv_tokens", "max_concurrency", "available_kv_gib", "gpu_blocks"})
 _CAPACITY_KEYS = frozenset({"concurrency_len", "vllm_version", "kv_cache_memory_fit", "max_model_len",
                             "kv_cache_memory_full", "weights_gib", "activation_gib", "non_torch_gib", "cudagraph_gib"})

@@ -48,7 +48,7 @@ _OOM_PHASES = (
     ("sampler_warmup", ("_dummy_sampler_run", "sampler_warmup")),
     ("cuda_graphs", ("capture_model", "_capture_cudagraphs", "capture_end", "capture_begin", "cuda.graph(")),
     # Allocating the KV cache closes the profiling step: the budget it measured did not fit after all. (Not the engine's
-    # `_initialize_kv_caches`: it wraps profiling and graph capture both, and an outer frame comes first here.)
+    # `_initialize_kv_caches`: it wraps profiling and graph capture both, so it says nothing of which one failed.)
     ("profiling", ("profile_run", "determine_num_available_blocks", "determine_available_memory", "allocate_kv_cache")),
     ("weights", ("load_model", "load_weights", "create_weights", "process_weights_after_loading", "repack",
                  "initialize_model")),
@@ -123,7 +123,10 @@ class Tracebacks:
     def oom_phase(self, number: int, progress: str | None) -> str | None:
         """The start-up phase an out-of-memory at line `number` happened in: the frames around it first, then the
         phase the log's progress was in (`progress`)."""
-        for name in (name for line, name in self.hints if line >= number - _HINT_WINDOW):
+        # The innermost frame says it best (an outer one may wrap several phases): the frames printed before the
+        # out-of-memory line, last first, then any printed after it (a re-raise), in order.
+        before = [name for line, name in reversed(self.hints) if number - _HINT_WINDOW <= line <= number]
+        for name in (*before, *(name for line, name in self.hints if line > number)):
             for phase, markers in _OOM_PHASES:
                 if any(marker in name for marker in markers):
                     return phase

@@ -181,6 +181,19 @@ def test_an_out_of_memory_while_allocating_the_kv_cache_is_the_profiled_budget()
     assert ("startup_memory", "profiling", 60.96) == (d.cls, d.reason, d.numbers.get("total_gib"))
 
 
+def test_the_innermost_frame_names_the_phase_of_an_out_of_memory() -> None:
+    """An outer frame (here the weights' loader calling into graph capture, as a model's own warm-up can) wraps the
+    frame that ran out of memory: the innermost one, printed last before the error, names the phase."""
+    def frame(function: str) -> str:
+        return f'  File "/x/vllm/worker/gpu_model_runner.py", line 1, in {function}'
+    d = diagnose_lines([TRACEBACK, frame("load_model"), frame("capture_model"),
+                        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."])
+    assert ("startup_memory", "cuda_graphs") == (d.cls, d.reason)
+    outer_last = diagnose_lines([TRACEBACK, frame("capture_model"), frame("load_model"),
+                                 "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."])
+    assert ("startup_memory", "weights") == (outer_last.cls, outer_last.reason)
+
+
 def test_a_malformed_json_file_is_no_refused_setting() -> None:
     """pydantic passes on the JSON decoder's error about a model file (an empty config): vLLM's config module raised
     it, yet no flag is wrong; a file is broken (unknown)."""
