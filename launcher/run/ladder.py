@@ -197,6 +197,10 @@ def _kv_insufficient(profile: Profile, overrides: dict[str, FlagValue | None], f
         raise Stop(f"kv_insufficient: {n.get('kv_tokens', 0):,} KV tokens, below launcher.require.min_kv_tokens "
                    f"{profile.launcher.require.min_kv_tokens:,}; a shorter context cannot add tokens: kv-cache-dtype fp8 "
                    "(CC ≥ 8.9), a higher gpu-memory-utilization or more GPUs can")
+    if isinstance(n.get("mamba_cache_blocks"), int):
+        raise Stop(f"kv_insufficient: max-num-seqs {n.get('max_num_seqs')} is above the {n['mamba_cache_blocks']} "
+                   "Mamba state blocks that fit (one per running sequence); a shorter context frees none: set "
+                   f"max-num-seqs to at most {n['mamba_cache_blocks']}, or a higher gpu-memory-utilization")
     if d.reason == "below_min_sessions":
         sessions = profile.launcher.require.min_sessions or 1.0
         estimate: int | None = int(n["kv_tokens"] / sessions)
@@ -308,6 +312,9 @@ def _generic_remedy(d: Diagnosis) -> str:
                 f"launcher.ladder.gpu_memory_utilization rung{extra}")
     if d.cls == FP8_UNSUPPORTED:
         return "kv-cache-dtype → auto (launcher.ladder.drop_fp8_kv_if_unsupported); KV capacity halves"
+    if d.cls == KV_INSUFFICIENT and isinstance(n.get("mamba_cache_blocks"), int):
+        return (f"stop (exit 78): max-num-seqs at most {n['mamba_cache_blocks']} (the Mamba state blocks that fit), or "
+                "a higher gpu-memory-utilization; a shorter context frees no state block")
     if d.cls == KV_INSUFFICIENT:
         est = n.get("estimated_max_model_len")
         if isinstance(est, int):

@@ -41,5 +41,5 @@ REPORTED_NUMBERS = (
     "kv_cache_memory_full", "gpu_blocks", "kv_tokens_from_blocks", "estimate_derived_by_launcher", "world_size",
     "gpus", "tried", "arguments", "argument", "package", "weights_gib", "activation_gib", "non_torch_gib", "cudagraph_gib",
     "attention_heads", "tensor_parallel_size", "gpu_name", "compute_capability", "max_num_batched_tokens", "dtype",
-    "quantization", "supported", "import_refused",
+    "quantization", "supported", "import_refused", "max_num_seqs", "mamba_cache_blocks",
 )

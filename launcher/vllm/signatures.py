@@ -274,6 +274,11 @@ SIGNATURES: tuple[Signature, ...] = (
          KV_INSUFFICIENT, fatal="specific",
          convert=lambda g: {**_numbers(max_model_len="int", estimated_max_model_len="int")(g),
                             "kv_tokens": _int(g.get("estimated_max_model_len"))}),
+    # A hybrid (Mamba) model keeps one state block per running sequence: fewer blocks than max_num_seqs cannot capture
+    # full decode CUDA graphs (config/compilation.py, 0.2x). A shorter context frees no such block: fewer sequences do.
+    _sig(EventKind.FAILURE, "exceeds available Mamba cache blocks",
+         r"max_num_seqs \((?P<max_num_seqs>\d+)\) exceeds available Mamba cache blocks \((?P<mamba_cache_blocks>\d+)\)",
+         KV_INSUFFICIENT, fatal="specific", convert=_numbers(max_num_seqs="int", mamba_cache_blocks="int")),
     _sig(EventKind.KV_DETAIL, "KV cache is needed", rf"^\s*{_KV_NEEDED}",
          convert=_numbers(needed_gib="float", available_kv_gib="float")),
     _sig(EventKind.KV_DETAIL, "larger than the available KV cache memory",

@@ -108,6 +108,8 @@ STOPS: list[tuple[profile.Profile, dict[str, Any], Diagnosis, int, str]] = [
      "quantized weights"),
     (load_profile(BASE), {}, diag("config", "missing_dependency", package="torchvision"), 78, "pip install torchvision"),
     (load_profile(BASE), {}, diag("startup_memory", "host_oom_killer"), 75, "does not shrink host memory"),
+    (load_profile(BASE), {}, diag("kv_insufficient", max_num_seqs=256, mamba_cache_blocks=189, estimated_max_model_len=8064),
+     78, "set max-num-seqs to at most 189"),
 ]
 
 
@@ -129,6 +131,7 @@ class TestStops:
 class TestRemedyText:
     @pytest.mark.parametrize(("d", "words"), [
         (diag("kv_insufficient", estimated_max_model_len=8064), "max-model-len → 8064"),
+        (diag("kv_insufficient", max_num_seqs=256, mamba_cache_blocks=189), "max-num-seqs at most 189"),
         (diag("startup_memory", free_gib=10.5, total_gib=139.8), "at most 0.07"),
         (diag("no_cache_blocks"), "never a lower utilization"),
         (diag("fp8_unsupported"), "kv-cache-dtype → auto"),

@@ -206,3 +206,15 @@ def test_a_malformed_json_file_is_no_refused_setting() -> None:
 def test_rays_control_service_failing_to_start_is_a_group_that_never_formed() -> None:
     d = diagnose_lines(["RuntimeError: Failed to start GCS.  Last 0 lines of error files:"])
     assert "distributed_init" == d.cls
+
+
+def test_mamba_state_blocks_below_max_num_seqs_are_too_little_kv_for_the_batch() -> None:
+    """vLLM's engine re-raises the worker's refusal inside its own `Worker failed with error '…'`: the message, with
+    its two figures, is the cause; the worker's death that follows is not."""
+    d = diagnose_lines([
+        "(EngineCore pid=1) RuntimeError: Worker failed with error 'max_num_seqs (256) exceeds available Mamba cache "
+        "blocks (189). Each decode sequence requires one Mamba cache block, so CUDA graph capture cannot proceed. "
+        "Please lower max_num_seqs to at most 189 or increase gpu_memory_utilization.', please check the stack trace "
+        "above for the root cause",
+        "(EngineCore pid=1) ERROR 05-02 10:00:00 [multiproc_executor.py:1] Worker proc VllmWorker-0 died unexpectedly"])
+    assert ("kv_insufficient", 256, 189) == (d.cls, d.numbers.get("max_num_seqs"), d.numbers.get("mamba_cache_blocks"))
