@@ -18,7 +18,7 @@ from launcher.errors import ProfileError
 FlagValue = bool | int | float | str | tuple[Any, ...] | Mapping[str, Any]
 
 
-# Every value vLLM has accepted for --kv-cache-dtype, 0.6.6 → 0.33.0 (read from vLLM's `CacheDType` in each release).
+# Every value vLLM has accepted for --kv-cache-dtype, 0.6.6 → 0.34.0 (read from vLLM's `CacheDType` in each release).
 KV_CACHE_DTYPES = frozenset({
     "auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "bfloat16", "float16", "fp8_ds_mla",
     "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",

@@ -3,7 +3,7 @@ the exception's type, its message and the module that raised it.
 
 The catalogue (`launcher/data/vllm-source-messages.yaml`, extracted from vLLM's source by
 `scripts/vllm-source-messages` and decided by hand, row by row, from what each message says) holds every
-start-up failure vLLM raises or logs, in six versions. The signature table reads the lines that carry numbers
+start-up failure vLLM raises or logs, in fourteen versions. The signature table reads the lines that carry numbers
 or that accuse while vLLM still runs; an exception no signature knows comes here, in this order:
 
 1. its message against the catalogue's templates (the literal words of the template; a `{placeholder}` matches
