@@ -241,11 +241,14 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(EventKind.FAILURE, "not enough GPU memory", r"Failed to load model - not enough GPU memory", STARTUP_MEMORY,
          "weights", "specific"),
     _sig(EventKind.FAILURE, "out of memory",
-         r"(?:(?:CUDA|HIP|XPU|NPU) (?:driver )?(?:error: )?|Triton Error \[(?:CUDA|HIP)\]: )out of memory"
+         r"(?:(?:CUDA|HIP|XPU|NPU) (?:driver )?(?:error: )?|Triton Error \[(?:CUDA|HIP)\]: |MPS backend )out of memory"
          r"(?:\. Tried to allocate (?P<tried>[\d.]+ [GM]iB))?"
          r"(?:\.? GPU \d+ has a total capacity of (?P<total_gib>[\d.]+) GiB| \([GN]PU \d+; (?P<total_old>[\d.]+) GiB total)?",
          STARTUP_MEMORY, fatal="specific",  # torch before 2.1 wrote `(GPU 0; 15.78 GiB total capacity; …)`
          convert=lambda g: _numbers(tried="str", total_gib="float")({**g, "total_gib": g["total_gib"] or g["total_old"]})),
+    # torch's host allocator (the CPU backend's weights and KV cache live in host memory)
+    _sig(EventKind.FAILURE, "can't allocate memory", r"DefaultCPUAllocator: can't allocate memory", STARTUP_MEMORY,
+         fatal="specific"),
     _sig(EventKind.FAILURE, "CUBLAS_STATUS_ALLOC_FAILED", r"CUBLAS_STATUS_ALLOC_FAILED", STARTUP_MEMORY, fatal="specific"),
     _sig(EventKind.FAILURE, "Error in memory profiling", r"Error in memory profiling", STARTUP_MEMORY, "memory_changed",
          "specific"),

@@ -55,6 +55,10 @@ E = "(EngineCore_DP0 pid=7) ERROR 11-29 10:54:13 [core.py:708] "
      "distributed_init", None, None),
     (E + "RuntimeError: Sparse Attention Indexer CUDA op requires DeepGEMM to be installed.", "config",
      "missing_dependency", "deepgemm"),
+    (E + "RuntimeError: MPS backend out of memory (MPS allocated: 17.36 GB, other allocations: 613.56 MB, max allowed: "
+     "18.13 GB). Tried to allocate 192.00 MB on private pool.", "startup_memory", None, None),
+    (E + "RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried "
+     "to allocate 34359738368 bytes. Error code 12 (Cannot allocate memory)", "startup_memory", None, None),
 ])
 def test_before_ready(line: str, cls: str, reason: str | None, package: str | None) -> None:
     """A traceback that ends in the line decides the start-up's class, with the package named."""
