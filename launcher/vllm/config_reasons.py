@@ -99,6 +99,9 @@ def _missing_dependency(cause: str | None, n: Mapping[str, Any]) -> str:
         return (f"a kernel vLLM compiles at start-up needs the CUDA toolkit's compiler ({cause}); install the CUDA "
                 "toolkit where vLLM runs and set CUDA_HOME (env:) to it, or turn that kernel off (FlashInfer's "
                 "sampler: VLLM_USE_FLASHINFER_SAMPLER=0)")
+    if package == "cc":
+        return (f"Triton compiles its launcher with the host's C compiler on the first kernel launch ({cause}); install "
+                "one where vLLM runs (apt install build-essential, or gcc in the image), or point CC (env:) at it")
     return (f"the model needs the Python package {package}, which vLLM's environment lacks ({cause}); "
             f"install it where vLLM runs (the venv or image of launcher.vllm_bin): pip install {package}")
 

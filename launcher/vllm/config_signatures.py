@@ -203,5 +203,8 @@ CONFIG_SIGNATURES: tuple[Signature, ...] = (
             lambda g: _package({"module": g.get("pip") or g.get("quoted") or g.get("named") or g.get("required")})),
     # A kernel compiled at start-up (FlashInfer's sampler, DeepGEMM) needs the CUDA toolkit's compiler.
     _config("Could not find nvcc", r"Could not find nvcc", ConfigReason.MISSING_DEPENDENCY, lambda g: {"package": "nvcc"}),
+    # Triton builds its driver module with the host's C compiler on the first kernel launch (triton/runtime/build.py).
+    _config("Failed to find C compiler", r"Failed to find C compiler", ConfigReason.MISSING_DEPENDENCY,
+            lambda g: {"package": "cc"}),
     _config("No model specified", r"No model (?:specified|_tag specified)", ConfigReason.BAD_ARGUMENT),
 )

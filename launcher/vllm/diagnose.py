@@ -24,7 +24,7 @@ from typing import Any
 
 from launcher.vllm import paste, raise_sites, signatures
 from launcher.vllm.classify import normalize, read_line
-from launcher.vllm.diagnosis import REPORTED_NUMBERS, Diagnosis
+from launcher.vllm.diagnosis import Diagnosis, reported_numbers
 from launcher.vllm.phases import PhaseClock, line_time, timed
 from launcher.vllm.signature_kit import EXCEPTION_LINE, PYDANTIC
 from launcher.vllm.signatures import (
@@ -99,6 +99,7 @@ class Diagnoser:
         self.wrapped = paste.Wrapped()  # the failure or exception a wrapped next line may continue
         self.joined = False  # this rank is part of an assembled group: its place in the world, or it loads
         self.completed = False  # the start-up completed ("Application startup complete") or requests were served
+        self.completed_line = self.worker_failed_line = 0  # where it completed; where a worker last said it failed
         self.waits: list[int] = []  # lines where vLLM said a process waits, since the last progress
         self.waiting = ""  # the last of them
 
@@ -169,6 +170,8 @@ class Diagnoser:
                 and self.tracebacks.message_since(self.failure_line or 0, self.lines):
             # The failure was only a cause: another exception follows its message, and that one ends the traceback.
             self.confirmed, self.only_cause = None, True
+        if paste.WORKER_FAILED in line:
+            self.worker_failed_line = self.lines
         if ("rror" in line or "Failed" in line) and not self.completed:
             text = paste.error_text(line)
             self.error_text = (text, self.lines) if text is not None else self.error_text
@@ -185,7 +188,11 @@ class Diagnoser:
         if event.kind is _EXCEPTION:
             whole = dataclasses.replace(joined.whole, proc=event.proc, pid=event.pid)
             self.wrapped.event = whole
-            self.observe(whole)
+            if whole.kind is not _EXCEPTION:
+                self.observe(whole)
+            elif self.last_exception is event:  # a bare type's message, read on the next line: the same exception
+                self.last_exception = whole
+                self.first_error = whole.message if self.first_error == event.message else self.first_error
             return
         self.numbers.update(joined.added)
         more = dataclasses.replace(event, values={**event.values, **joined.added})
@@ -223,7 +230,8 @@ class Diagnoser:
             self.serving = True
             # Only the start-up's end, or a request that reached the server, completes it: a request-path module
             # (kind "serving") also logs while the server is still being set up.
-            self.completed = self.completed or (kind is _COMPLETE or kind is _REQUEST)
+            if not self.completed and (kind is _COMPLETE or kind is _REQUEST):
+                self.completed, self.completed_line = True, self.lines
         elif kind is _PROGRESS:
             self.phase = str(event.values.get("phase", self.phase))
         if kind in _STARTUP_EVIDENCE:
@@ -265,6 +273,11 @@ class Diagnoser:
             if self.error_text is not None and self.lines - self.error_text[1] <= paste.DEATH_CAUSE_LINES:
                 # "Worker proc … died unexpectedly" says that it died, not of what: the error it printed just before does.
                 event = dataclasses.replace(event, message=self.error_text[0])
+            elif self.completed and self.last_exception is not None and paste.engine_process(self.last_exception.proc) \
+                    and self.last_exception_line > min(self.completed_line, self.worker_failed_line or self.lines):
+                # Else a worker's exception while serving, however far above: the rank that failed first (the others
+                # wait on it in a collective until their watchdog ends them).
+                event = dataclasses.replace(event, message=self.last_exception.message)
         if self.completed and event.failure != ENGINE_DEAD and event.reason not in _AFTER_STARTUP_REASONS:
             # Once vLLM served, a start-up class (a model, memory or KV-cache line) describes no start-up: one
             # request's error, or another program's lines in the same file. It is a warning, never a verdict.
@@ -300,8 +313,9 @@ class Diagnoser:
     def diagnosis(self) -> Diagnosis:
         """The verdict of the log so far; a standing accusation counts (the log, or the process, ended on it)."""
         # The failure's own numbers (its max_model_len, free memory) win over earlier capacity lines.
-        numbers = MappingProxyType(self._derived_numbers({**self.numbers,
-                                                          **(self.failure.values if self.failure else {})}))
+        numbers = MappingProxyType(reported_numbers(
+            {**self.numbers, **(self.failure.values if self.failure else {})}, self.block_size,
+            kv_insufficient=self.failure is not None and self.failure.failure == KV_INSUFFICIENT))
         state = "stopped" if self.shutting_down else "serving" if self.serving else "starting"
         warnings = tuple(event.message for event in self.acquitted)
         if self.failure is not None:
@@ -357,23 +371,6 @@ class Diagnoser:
         if line is None:
             line, phase = self.failure_line, self.phase_at_failure
         return self.tracebacks.oom_phase(line or 0, phase)
-
-    def _derived_numbers(self, numbers: dict[str, Any]) -> dict[str, Any]:
-        if "model_loading_gb" in numbers:  # 0.6–0.7 print GiB labelled "GB"
-            numbers.setdefault("model_loading_gib", numbers.pop("model_loading_gb"))
-        if "kv_tokens" not in numbers and "gpu_blocks" in numbers:
-            numbers["kv_tokens"] = numbers["gpu_blocks"] * self.block_size
-            numbers["kv_tokens_from_blocks"] = True
-        if ("estimated_max_model_len" not in numbers and self.failure is not None
-                and self.failure.failure == KV_INSUFFICIENT and numbers.get("needed_gib")):
-            # 0.8.4–0.8.5 lost the estimate from the message: derive it from the two sizes.
-            ratio = numbers["available_kv_gib"] / numbers["needed_gib"]
-            tokens = int(ratio * numbers["max_model_len"])
-            numbers["estimated_max_model_len"] = tokens // self.block_size * self.block_size
-            numbers["estimate_derived_by_launcher"] = True
-        if "valid_tool_parsers" in numbers:
-            numbers["valid_tool_parsers"] = list(numbers["valid_tool_parsers"])
-        return {key: numbers[key] for key in REPORTED_NUMBERS if key in numbers}
 
 
 def diagnose_lines(lines: Iterable[str], block_size: int = DEFAULT_BLOCK_SIZE) -> Diagnosis:

@@ -43,3 +43,22 @@ REPORTED_NUMBERS = (
     "attention_heads", "tensor_parallel_size", "gpu_name", "compute_capability", "max_num_batched_tokens", "dtype",
     "quantization", "supported", "import_refused", "max_num_seqs", "mamba_cache_blocks",
 )
+
+
+def reported_numbers(numbers: dict[str, Any], block_size: int, kv_insufficient: bool = False) -> dict[str, Any]:
+    """The numbers a diagnosis reports, from what the log printed: units and tokens derived where a version left
+    them out (`numbers` is changed in place)."""
+    if "model_loading_gb" in numbers:  # 0.6–0.7 print GiB labelled "GB"
+        numbers.setdefault("model_loading_gib", numbers.pop("model_loading_gb"))
+    if "kv_tokens" not in numbers and "gpu_blocks" in numbers:
+        numbers["kv_tokens"] = numbers["gpu_blocks"] * block_size
+        numbers["kv_tokens_from_blocks"] = True
+    if "estimated_max_model_len" not in numbers and kv_insufficient and numbers.get("needed_gib"):
+        # 0.8.4–0.8.5 lost the estimate from the message: derive it from the two sizes.
+        ratio = numbers["available_kv_gib"] / numbers["needed_gib"]
+        tokens = int(ratio * numbers["max_model_len"])
+        numbers["estimated_max_model_len"] = tokens // block_size * block_size
+        numbers["estimate_derived_by_launcher"] = True
+    if "valid_tool_parsers" in numbers:
+        numbers["valid_tool_parsers"] = list(numbers["valid_tool_parsers"])
+    return {key: numbers[key] for key in REPORTED_NUMBERS if key in numbers}

@@ -27,9 +27,12 @@ from launcher.vllm.signatures import EventKind, LogEvent
 TRACEBACK = TRACEBACK_WORDS[3]  # "Traceback (most recent call last)"
 # pydantic validates vLLM's config dataclasses: its "Value error" is a refusal raised in vllm/config.
 PYDANTIC_MODULE = "vllm/config/vllm.py"
+WORKER_FAILED = "WorkerProc hit an exception"  # a worker's busy loop: the traceback that follows is the rank's failure
 # Death lines that name no cause, and how far above them the error they died of may stand.
-GENERIC_DEATHS = ("Worker proc ", "Engine core proc ", "WorkerProc hit an exception", "Engine process failed")
+GENERIC_DEATHS = ("Worker proc ", "Engine core proc ", WORKER_FAILED, "Engine process failed")
 DEATH_CAUSE_LINES = 5
+# torch's NCCL flight recorder reporting a dump it was asked for: what follows a collective's failure, never its cause.
+_FLIGHT_RECORDER = re.compile(r"dump signal|dump debug info|flight recorder")
 _POINTERS = ("See stack trace", "See root cause", "root cause above", "encountered a fatal error",
              "encountered an issue")
 _FRAME = re.compile(r'File "[^"]*", line \d+, in (\w+)|processing method (\w+)|(torch\.cuda\.graph\()')
@@ -166,9 +169,12 @@ class Wrapped:
         if proc is not None or level is not None or not rest or number - self.since > _JOIN_LINES:
             self.event = None  # a record of its own, or too far below: the message ended
             return None
-        for text in (f"{self.text}{rest}", f"{self.text} {rest}"):  # cut at the width, or wrapped at a word
-            whole = classify(text)
-            if whole is None or whole.kind != EventKind.FAILURE:
+        # An exception whose message starts on the next line (`raise RuntimeError(\'\'\'\n  An attempt …`) printed its
+        # type alone: the first line that follows is its message, whatever it says.
+        bare = event.kind == EventKind.EXCEPTION and self.text.endswith(":") and EXCEPTION_LINE.match(self.text[:-1])
+        for text in ((f"{self.text} {rest}",) if bare else (f"{self.text}{rest}", f"{self.text} {rest}")):
+            whole = classify(text)  # cut at the width, or wrapped at a word
+            if whole is None or (whole.kind != EventKind.FAILURE and not (bare and whole.kind == EventKind.EXCEPTION)):
                 continue
             if event.kind == EventKind.EXCEPTION:
                 self.text = text
@@ -190,6 +196,12 @@ def _rank_kind(name: str) -> str:
             break
         name = stripped
     return name
+
+
+def engine_process(proc: str | None) -> bool:
+    """A process of vLLM's engine (its core, a worker rank), named by its prefix: not the API server, which also
+    prints the tracebacks of requests."""
+    return proc is not None and not proc.startswith("APIServer")
 
 
 def sibling_ranks(accused: LogEvent, other: LogEvent) -> bool:
@@ -219,7 +231,7 @@ def error_text(line: str) -> str | None:
     _, level, message = normalize(line[:_MAX_LINE])
     message = message.strip()
     if level in (None, "ERROR", "CRITICAL") and message and not is_client_text(message) \
-            and not message.startswith(GENERIC_DEATHS):
+            and not message.startswith(GENERIC_DEATHS) and not _FLIGHT_RECORDER.search(message[:1000]):
         return message[:1000]
     return None
 

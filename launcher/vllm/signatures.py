@@ -337,6 +337,10 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(EventKind.FAILURE, "MQLLMEngine is already dead", r"^\s*MQLLMEngine is already dead", ENGINE_DEAD, fatal="specific"),
     _sig(EventKind.FAILURE, "NCCL", r"ProcessGroupNCCL\S* .*watchdog thread terminated with exception", ENGINE_DEAD,
          fatal="specific"),
+    # torch's NCCL watchdog: a collective (an all-gather, an all-reduce) never completed within its timeout. A rank
+    # stopped taking part; the flight-recorder dump and the termination it prints next are its consequences.
+    _sig(EventKind.FAILURE, "Watchdog caught", r"Watchdog caught collective operation timeout", ENGINE_DEAD,
+         fatal="specific"),
     _sig(EventKind.FAILURE, "rror", rf"{_ENGINE_EXC}\w*Error: (?:Error in model execution: )?CUDA error: (?:an illegal "
          r"(?:memory access|instruction) was encountered|device-side assert triggered|unspecified launch failure)"
          r"|^\s*Failed: Cuda error \S{1,256} 'an illegal",

@@ -69,6 +69,10 @@ def diag(reason: str | None, cause: str | None = "the root cause", **numbers: An
     (diag("missing_dependency", "No module named 'timm'", package="timm"),
      "the model needs the Python package timm, which vLLM's environment lacks (No module named 'timm'); install "
      "it where vLLM runs (the venv or image of launcher.vllm_bin): pip install timm"),
+    (diag("missing_dependency", "RuntimeError: Failed to find C compiler.", package="cc"),
+     "Triton compiles its launcher with the host's C compiler on the first kernel launch (RuntimeError: Failed to find "
+     "C compiler.); install one where vLLM runs (apt install build-essential, or gcc in the image), or point CC (env:) "
+     "at it"),
     (diag("not_enough_gpus", world_size=4, gpus=2),
      "tensor × pipeline parallel size 4 needs more GPUs than the 2 visible; lower tensor-parallel-size or expose "
      "more GPUs (CUDA_VISIBLE_DEVICES)"),

@@ -55,6 +55,8 @@ E = "(EngineCore_DP0 pid=7) ERROR 11-29 10:54:13 [core.py:708] "
      "distributed_init", None, None),
     (E + "RuntimeError: Sparse Attention Indexer CUDA op requires DeepGEMM to be installed.", "config",
      "missing_dependency", "deepgemm"),
+    (E + "RuntimeError: Failed to find C compiler. Please specify via CC environment variable or set "
+     "triton.knobs.build.impl.", "config", "missing_dependency", "cc"),
     (E + "RuntimeError: MPS backend out of memory (MPS allocated: 17.36 GB, other allocations: 613.56 MB, max allowed: "
      "18.13 GB). Tried to allocate 192.00 MB on private pool.", "startup_memory", None, None),
     (E + "RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried "
@@ -222,3 +224,41 @@ def test_mamba_state_blocks_below_max_num_seqs_are_too_little_kv_for_the_batch()
         "above for the root cause",
         "(EngineCore pid=1) ERROR 05-02 10:00:00 [multiproc_executor.py:1] Worker proc VllmWorker-0 died unexpectedly"])
     assert ("kv_insufficient", 256, 189) == (d.cls, d.numbers.get("max_num_seqs"), d.numbers.get("mamba_cache_blocks"))
+
+
+def test_an_exception_whose_message_starts_on_the_next_line_is_named_by_that_line() -> None:
+    """`raise RuntimeError('''\\n  An attempt …''')` prints the type alone: its message is the line below it."""
+    d = diagnose_lines([TRACEBACK, '  File "/x/multiprocessing/spawn.py", line 1, in _check_not_importing_main',
+                        "RuntimeError: ", "        An attempt has been made to start a new process before the",
+                        "        current process has finished its bootstrapping phase."])
+    assert ("unknown", "RuntimeError: An attempt has been made to start a new process before the") == (d.cls, d.root_cause)
+
+
+def test_a_worker_that_failed_while_serving_is_the_cause_of_the_death_its_peers_time_out_on() -> None:
+    """A worker rank's exception (vLLM's `WorkerProc hit an exception.`) while serving stops its collectives; the other
+    ranks' NCCL watchdog fires minutes later, torch dumps its flight recorder, and a worker dies: the first is the cause."""
+    w = "(Worker_TP0 pid=2) ERROR 09-07 20:59:45 [multiproc_executor.py:990] "
+    d = diagnose_lines([
+        "(APIServer pid=1) INFO:     10.0.0.1:4000 - \"POST /v1/chat/completions HTTP/1.1\" 200 OK",
+        w + "WorkerProc hit an exception.", w + TRACEBACK,
+        w + '  File "/x/triton/compiler/compiler.py", line 1, in _init_handles',
+        w + "RuntimeError: Triton Error [CUDA]: operation not permitted",
+        "(APIServer pid=1) INFO:     10.0.0.1:4001 - \"POST /v1/chat/completions HTTP/1.1\" 200 OK",
+        "[rank0]:[E907 21:09:45.072414592 ProcessGroupNCCL.cpp:1914] [PG ID 0 PG GUID 0 Rank 0] Received a dump signal "
+        "due to a collective timeout from  rank 3 and we will try our best to dump the debug info.",
+        "(EngineCore pid=3) ERROR 09-07 21:18:35 [multiproc_executor.py:284] Worker proc VllmWorker-0 died unexpectedly, "
+        "shutting down executor."])
+    assert ("engine_dead", "RuntimeError: Triton Error [CUDA]: operation not permitted") == (d.cls, d.root_cause)
+
+
+def test_the_nccl_watchdogs_timeout_is_the_death_not_the_dump_that_follows() -> None:
+    d = diagnose_lines([
+        "[rank2]:[E907 21:09:45.119718257 ProcessGroupNCCL.cpp:689] [Rank 0] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=15580, OpType=_ALLGATHER_BASE, NumelIn=8093696, NumelOut=16187392, "
+        "Timeout(ms)=600000) ran for 600045 milliseconds before timing out.",
+        "[rank2]:[E907 21:09:45.005134360 ProcessGroupNCCL.cpp:1914] [PG ID 0 PG GUID 0 Rank 2] Received a dump signal "
+        "due to a collective timeout from this local rank and we will try our best to dump the debug info.",
+        "ERROR 09-07 21:18:47 [multiproc_executor.py:284] Worker proc VllmWorker-2 died unexpectedly, shutting down "
+        "executor."])
+    assert "engine_dead" == d.cls
+    assert "Watchdog caught collective operation timeout" in (d.root_cause or "")
