@@ -77,6 +77,8 @@ _INSTALLED = re.compile(r"/(?:site|dist)-packages/([A-Za-z_]\w{0,64})/")
 # (pydantic's validation of vLLM's config passes it on), the file is broken, not a setting refused.
 _JSON_DECODE = re.compile(r"(?:Expecting (?:value|property name enclosed in double quotes|',' delimiter|':' delimiter)"
                           r"|Extra data|Unterminated string starting at|Invalid control character at): line \d+ column \d+")
+# vLLM's engine re-raising a worker's failure (v1/executor/multiproc_executor.py): the worker's exception as text.
+_WORKER_FAILED = re.compile(r"^Worker failed with error '(?P<inner>.*)', please check the stack trace above", re.S)
 _DASHED_FLAG = re.compile(r"(?<![\w-])--([a-z0-9]+(?:-[a-z0-9]+)*)")
 
 
@@ -109,16 +111,19 @@ def judge(exception: str, module: str | None = None) -> Verdict | None:
     if found is None or found.group("text") is None:
         return None
     kind, message = found.group("type"), found.group("text").strip()
+    wrapped = _WORKER_FAILED.match(message)
+    if wrapped is not None:
+        # vLLM's engine re-raising what a worker raised, as the text of the worker's exception: judge that exception
+        # (its type, where the text gives it; the module that raised it is the worker's, not printed here).
+        inner = wrapped.group("inner").strip()
+        return judge(inner) if EXCEPTION_LINE.match(inner) and ": " in inner else _by_template(inner, None)
     if _JSON_DECODE.match(message):
         return Verdict(UNKNOWN, None, "message", note="a JSON file the start-up reads (the model's) is malformed")
     if module is not None:
         module = module.replace("\\", "/")  # a Windows path reads as a POSIX one from here on
-    best: _Template | None = None
-    for template in _templates():
-        if (best is None or template.literal > best.literal) and template.pattern.match(message):
-            best = template
-    if best is not None and (not best.types or kind in best.types):
-        return best.verdict
+    verdict = _by_template(message, kind)
+    if verdict is not None:
+        return verdict
     if kind == "KeyError" and _PARAMETER_KEY.match(message):
         return Verdict(CONFIG, "unsupported_model", "parameter")
     limit = context_limit(message) if kind in REFUSALS else None
@@ -151,6 +156,17 @@ def judge(exception: str, module: str | None = None) -> Verdict | None:
         return Verdict(CONFIG, "bad_argument", "validator")  # raised by a function that validates settings
     if _setting_names().search(message) is not None:
         return Verdict(CONFIG, "bad_argument", "setting")
+    return None
+
+
+def _by_template(message: str, kind: str | None) -> Verdict | None:
+    """The catalogued row the message matches (the most literal one), raised as `kind` (None: a type not known)."""
+    best: _Template | None = None
+    for template in _templates():
+        if (best is None or template.literal > best.literal) and template.pattern.match(message):
+            best = template
+    if best is not None and (kind is None or not best.types or kind in best.types):
+        return best.verdict
     return None
 
 

@@ -143,3 +143,16 @@ def test_raised_inside_vllm_a_validators_refusal_or_a_flag_instruction_is_bad_ar
     # Not vLLM's flag, or not raised inside vLLM: no configuration to change.
     assert judge("RuntimeError: pass --frobnicate to continue", f"{SITE}vllm/utils/numa_utils.py:f") is None
     assert judge(numa, f"{SITE}torch/distributed/run.py:main") is None
+
+
+@pytest.mark.parametrize("inner", [
+    "Hybrid KV cache manager is disabled but failed to convert the KV cache specs to one unified type.",
+    "ValueError: Hybrid KV cache manager is disabled but failed to convert the KV cache specs to one unified type.",
+])
+def test_a_workers_failure_re_raised_by_the_engine_is_judged_as_the_workers(inner: str) -> None:
+    """vLLM's engine re-raises a worker's exception as text (`Worker failed with error '…'`): the text is judged, with
+    its type where it carries one."""
+    verdict = judge(f"RuntimeError: Worker failed with error '{inner}', please check the stack trace above for the "
+                    "root cause")
+    assert verdict is not None and ("config", "bad_argument") == (verdict.cls, verdict.reason)
+    assert judge("RuntimeError: Worker failed with error 'boom', please check the stack trace above") is None

@@ -219,6 +219,14 @@ class TestClassify:
             "[1;36m(EngineCore_DP0 pid=149)[0;0m ERROR 12-08 22:23:04 [core.py:842] torch.AcceleratorError: HIP error")
         assert ("EngineCore_DP0", "ERROR", "torch.AcceleratorError: HIP error") == (proc, level, message)
 
+    @pytest.mark.parametrize(("line", "proc", "level"), [
+        ("2026-05-01 21:17:45.026 | (EngineCore pid=187) ERROR 05-01 19:17:45 [core.py:1136] ValueError: x",
+         "EngineCore", "ERROR"),  # a log viewer's timestamp column (Docker Desktop)
+        ("2024-01-01 10:00:00 | ERROR | stderr | ValueError: x", None, None),  # FastChat's logger keeps its own form
+    ])
+    def test_a_log_viewers_timestamp_column_is_a_prefix(self, line: str, proc: str | None, level: str | None) -> None:
+        assert (proc, level, "ValueError: x") == classify.normalize(line)
+
 
 def test_a_free_memory_failure_cut_before_its_verdict_is_no_summary() -> None:
     """The failure's first half, cut by a terminal before "is less than desired ...", has no full stop: it is no
