@@ -359,7 +359,8 @@ class Diagnoser:
                 warnings: tuple[str, ...], evidence: str) -> Diagnosis:
         """A start-up that failed on an exception no signature knows: what its raise site says (raise_sites.py)."""
         module = self.last_exception_module if cause is self.last_exception else None
-        verdict = raise_sites.judge(cause.message, module)
+        cached = self.numbers.get("compile_cache") == "hit" and self.tracebacks.through_cache(cause.proc)
+        verdict = raise_sites.judge(cause.message, module, from_cache=cached)
         if verdict is None or verdict.cls == UNKNOWN:
             return Diagnosis(UNKNOWN, None, cause.message, numbers, state, line, warnings, evidence)
         numbers = {**(verdict.numbers or {}), **numbers}  # what the message states, where the log said nothing else

@@ -36,6 +36,8 @@ _FLIGHT_RECORDER = re.compile(r"dump signal|dump debug info|flight recorder")
 _POINTERS = ("See stack trace", "See root cause", "root cause above", "encountered a fatal error",
              "encountered an issue")
 _FRAME = re.compile(r'File "[^"]*", line \d+, in (\w+)|processing method (\w+)|(torch\.cuda\.graph\()')
+# vLLM's torch.compile cache (VLLM_CACHE_ROOT/torch_compile_cache): a frame there runs a compiled artifact it saved.
+COMPILE_CACHE_DIR = "/torch_compile_cache/"
 _FRAME_PATH = re.compile(r'File "([^"]{1,512})", line \d+')
 _STAGE = re.compile(r"\[Stage-(\d{1,4})\]")
 _QUOTE_MARKS = "▎>│| "  # what a paste puts before each line of a quoted log
@@ -81,6 +83,7 @@ class Tracebacks:
         # process prefix → its traceback's last frame: its file and function (`…/vllm/x.py:name`)
         self.modules: dict[str | None, str] = {}
         self.hints: deque[tuple[int, str]] = deque(maxlen=256)  # (line number, frame or method name)
+        self.cached: dict[str | None, bool] = {}  # process prefix → its traceback ran code from the compile cache
 
     def read(self, line: str, number: int) -> None:
         """A line that may be a frame, a method vLLM names while it profiles, or a traceback's header."""
@@ -94,11 +97,15 @@ class Tracebacks:
             if path is not None:
                 function = found.group(1) if found is not None else None
                 site = f"{path.group(1)}:{function}" if function else path.group(1)
-                _bounded(self.modules, _process(line), site)
+                proc = _process(line)
+                _bounded(self.modules, proc, site)
+                if COMPILE_CACHE_DIR in site:
+                    _bounded(self.cached, proc, True)
         if TRACEBACK in line:
             proc = normalize(line)[0]
             _bounded(self.open, proc, number)
             self.modules.pop(proc, None)  # a new traceback: the frames that follow are its own
+            self.cached.pop(proc, None)
 
     def ends(self, event: LogEvent, number: int) -> bool:
         """The event is the final exception of a traceback its process printed (and closes that traceback)."""
@@ -114,6 +121,10 @@ class Tracebacks:
 
     def module(self, proc: str | None) -> str | None:
         return self.modules.get(proc)
+
+    def through_cache(self, proc: str | None) -> bool:
+        """The process's traceback passed through code vLLM's torch.compile cache holds (a compiled artifact)."""
+        return self.cached.get(proc, False)
 
     def message_since(self, number: int, now: int) -> bool:
         """Only an exception's message can stand between line `number` and `now`: no frame, and a few lines at most."""

@@ -44,7 +44,15 @@ from typing import Any
 import yaml
 
 from launcher.config.flags import shipped_catalog
-from launcher.vllm.signature_kit import CONFIG, DISTRIBUTED_INIT, EXCEPTION_LINE, PYDANTIC, UNKNOWN, FailureClass
+from launcher.vllm.signature_kit import (
+    COMPILE_CACHE,
+    CONFIG,
+    DISTRIBUTED_INIT,
+    EXCEPTION_LINE,
+    PYDANTIC,
+    UNKNOWN,
+    FailureClass,
+)
 
 CATALOGUE = Path(__file__).resolve().parents[1] / "data" / "vllm-source-messages.yaml"
 # The exception types vLLM raises to refuse what it was given (a setting, a model, a checkpoint). A RuntimeError,
@@ -101,9 +109,10 @@ class _Template:
     verdict: Verdict
 
 
-def judge(exception: str, module: str | None = None) -> Verdict | None:
+def judge(exception: str, module: str | None = None, from_cache: bool = False) -> Verdict | None:
     """The verdict for a final exception line (`ValueError: text`, a prefix or a dotted type allowed) raised in
-    `module` (a path ending in `vllm/….py`, or None); None when neither the message nor the module speaks."""
+    `module` (a path ending in `vllm/….py`, or None); None when neither the message nor the module speaks.
+    `from_cache`: the traceback ran an artifact the start-up loaded from vLLM's torch.compile cache."""
     exception = exception.strip()
     if exception.startswith(PYDANTIC):  # pydantic's form of a ValueError its validator raised
         exception = f"ValueError: {exception.removeprefix(PYDANTIC)}"
@@ -119,6 +128,11 @@ def judge(exception: str, module: str | None = None) -> Verdict | None:
         return judge(inner) if EXCEPTION_LINE.match(inner) and ": " in inner else _by_template(inner, None)
     if _JSON_DECODE.match(message):
         return Verdict(UNKNOWN, None, "message", note="a JSON file the start-up reads (the model's) is malformed")
+    if from_cache:
+        # Raised while running an artifact vLLM loaded from its torch.compile cache (one a build of another vLLM,
+        # torch or kernel set saved, calling an op this run lacks): the cache, moved aside, is rebuilt. An artifact
+        # this start-up compiled and saved itself is no stale cache: what failed in it is judged as usual.
+        return Verdict(COMPILE_CACHE, None, "cache")
     if module is not None:
         module = module.replace("\\", "/")  # a Windows path reads as a POSIX one from here on
     verdict = _by_template(message, kind)

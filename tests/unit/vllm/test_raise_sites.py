@@ -156,3 +156,23 @@ def test_a_workers_failure_re_raised_by_the_engine_is_judged_as_the_workers(inne
                     "root cause")
     assert verdict is not None and ("config", "bad_argument") == (verdict.cls, verdict.reason)
     assert judge("RuntimeError: Worker failed with error 'boom', please check the stack trace above") is None
+
+
+def test_an_exception_raised_by_an_artifact_loaded_from_the_compile_cache_is_the_cache() -> None:
+    """An AOT artifact an earlier build saved calls an op this run lacks: loaded from the cache, the cache is at fault;
+    compiled and saved by this very start-up, it is not (what failed in it is judged as any other exception)."""
+    message = "AttributeError: '_OpNamespace' 'vllm' object has no attribute 'flashinfer_mm_fp4'"
+    verdict = judge(message, "/venv/lib/python3.12/site-packages/torch/_ops.py:__getattr__", from_cache=True)
+    assert verdict is not None and "compile_cache" == verdict.cls
+    assert judge(message, "/venv/lib/python3.12/site-packages/torch/_ops.py:__getattr__") is None
+
+
+def test_only_a_traceback_through_an_artifact_loaded_from_the_cache_blames_the_cache() -> None:
+    artifact = '  File "/root/.cache/vllm/torch_compile_cache/torch_aot_compile/03b7/inductor_cache/l6/cl6g.py", line 9, in call'
+    ops = '  File "/venv/lib/python3.12/site-packages/torch/_ops.py", line 1, in __getattr__'
+    error = "AttributeError: '_OpNamespace' 'vllm' object has no attribute 'flashinfer_mm_fp4'"
+    loaded = "(EngineCore pid=1) INFO 08-23 22:59:26 [decorators.py:311] Directly load AOT compilation from path /x"
+    saved = "(EngineCore pid=1) INFO 08-14 08:00:06 [decorators.py:708] saved AOT compiled function to /x"
+    assert "compile_cache" == diagnose_lines([loaded, "Traceback (most recent call last):", artifact, ops, error]).cls
+    assert "unknown" == diagnose_lines([saved, "Traceback (most recent call last):", artifact, ops, error]).cls
+    assert "unknown" == diagnose_lines([loaded, "Traceback (most recent call last):", ops, error]).cls

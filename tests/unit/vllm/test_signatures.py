@@ -223,8 +223,10 @@ class TestClassify:
         ("2026-05-01 21:17:45.026 | (EngineCore pid=187) ERROR 05-01 19:17:45 [core.py:1136] ValueError: x",
          "EngineCore", "ERROR"),  # a log viewer's timestamp column (Docker Desktop)
         ("2024-01-01 10:00:00 | ERROR | stderr | ValueError: x", None, None),  # FastChat's logger keeps its own form
+        ("Aug 23 22:59:26 dgx qwen3.8-27b.sh[863334]: (EngineCore pid=863334) ERROR 08-23 22:59:26 [core.py:1349] "
+         "ValueError: x", "EngineCore", "ERROR"),  # journalctl
     ])
-    def test_a_log_viewers_timestamp_column_is_a_prefix(self, line: str, proc: str | None, level: str | None) -> None:
+    def test_a_log_viewers_or_journals_columns_are_a_prefix(self, line: str, proc: str | None, level: str | None) -> None:
         assert (proc, level, "ValueError: x") == classify.normalize(line)
 
 
