@@ -43,7 +43,7 @@ from launcher.vllm.versions import DEFAULT_BLOCK_SIZE
 # Numbers that describe the server's capacity. With TP/PP every rank prints its own line and the engine uses the
 # smallest, so these keep the minimum; a new start in the log clears them, and the weights figure (the first rank's).
 _PER_RANK_MIN = frozenset({"kv_tokens", "max_concurrency", "available_kv_gib", "gpu_blocks"})
-_CAPACITY_KEYS = frozenset({"concurrency_len", "vllm_version", "kv_cache_memory_fit", "max_model_len",
+_CAPACITY_KEYS = frozenset({"concurrency_len", "vllm_version", "kv_cache_memory_fit", "max_model_len", "utilization",
                             "kv_cache_memory_full", "weights_gib", "activation_gib", "non_torch_gib", "cudagraph_gib"})
 # Lines that show the start-up moving on: a failure line read before one of these did not end it.
 ACQUITTING = frozenset({EventKind.PROGRESS, EventKind.MODEL_LOADING, EventKind.KV_TOKENS, EventKind.CONCURRENCY,

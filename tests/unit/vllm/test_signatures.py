@@ -225,6 +225,8 @@ class TestClassify:
         ("2024-01-01 10:00:00 | ERROR | stderr | ValueError: x", None, None),  # FastChat's logger keeps its own form
         ("Aug 23 22:59:26 dgx qwen3.8-27b.sh[863334]: (EngineCore pid=863334) ERROR 08-23 22:59:26 [core.py:1349] "
          "ValueError: x", "EngineCore", "ERROR"),  # journalctl
+        ("vLLM STDOUT: ERROR 05-01 14:27:02 [core.py:1] ValueError: x", None, "ERROR"),  # a wrapper (Unsloth) labels streams
+        ("2026-05-01T10:00:00.123456789Z stderr F ERROR 05-01 14:27:02 [core.py:1] ValueError: x", None, "ERROR"),  # CRI
     ])
     def test_a_log_viewers_or_journals_columns_are_a_prefix(self, line: str, proc: str | None, level: str | None) -> None:
         assert (proc, level, "ValueError: x") == classify.normalize(line)
