@@ -28,7 +28,6 @@ from launcher.vllm.diagnosis import Diagnosis, reported_numbers
 from launcher.vllm.phases import PhaseClock, line_time, timed
 from launcher.vllm.signature_kit import EXCEPTION_LINE, PYDANTIC
 from launcher.vllm.signatures import (
-    CONFIG,
     DISTRIBUTED_INIT,
     ENGINE_DEAD,
     KV_INSUFFICIENT,
@@ -100,6 +99,7 @@ class Diagnoser:
         self.joined = False  # this rank is part of an assembled group: its place in the world, or it loads
         self.completed = False  # the start-up completed ("Application startup complete") or requests were served
         self.completed_line = self.worker_failed_line = 0  # where it completed; where a worker last said it failed
+        self.api_server = False  # an API server's line was read (else `LLM(...)` in a script: the engine is all)
         self.waits: list[int] = []  # lines where vLLM said a process waits, since the last progress
         self.waiting = ""  # the last of them
 
@@ -234,6 +234,11 @@ class Diagnoser:
                 self.completed, self.completed_line = True, self.lines
         elif kind is _PROGRESS:
             self.phase = str(event.values.get("phase", self.phase))
+        elif "engine_init_s" in event.values and not self.api_server and not self.completed:
+            # `LLM(...)` in a script: no API server, so the engine's init is the start-up's end (what runs after it
+            # is the caller's work, or the caller's own error).
+            self.serving, self.completed, self.completed_line = True, True, self.lines
+        self.api_server = self.api_server or paste.from_api_server(event)
         if kind in _STARTUP_EVIDENCE:
             self.started = True
         if kind in _JOINED:
@@ -249,8 +254,8 @@ class Diagnoser:
             self.waits += [self.lines] if len(self.waits) < STALLED_WAITS else []
             self.waiting = event.message
             return
-        if kind is not _FAILURE and kind is not _EXCEPTION:
-            self.last_progress_line = self.lines
+        if kind is not _FAILURE and kind is not _EXCEPTION and event.values.get("percent") != 0:
+            self.last_progress_line = self.lines  # a bar at 0% shows no work done (tqdm redraws it as it closes)
         if kind is _VERSION and "vllm_version" in event.values and self.failure is None:
             for key in (*_PER_RANK_MIN, "model_loading_gib"):  # a new start of vLLM in the same log: its capacity
                 self.numbers.pop(key, None)
@@ -392,7 +397,3 @@ def diagnose_log(lines: Iterable[str], block_size: int = DEFAULT_BLOCK_SIZE) -> 
         if event is not None and timed(event):
             clock.feed(event, line_time(line))
     return diagnoser.diagnosis(), clock
-
-
-def is_config(diagnosis: Diagnosis) -> bool:
-    return diagnosis.cls == CONFIG

@@ -143,7 +143,7 @@ SIGNATURES: tuple[Signature, ...] = (
          convert=_numbers(total_gib="float")),
     # ---- the version, and the engine's own view of its configuration
     _sig(EventKind.VERSION, "LLM engine", r"Initializing (?:a V[01] |an )LLM engine(?: \(v(?P<vllm_version>[^)\s]+)\))?"
-         r"(?: with config(?:.*?max_seq_len=(?P<max_model_len>\d+))?|\s*$)",
+         r"(?: with(?: config.*?max_seq_len=(?P<max_model_len>\d+))?|\s*$)",  # ` with` alone: a terminal wrapped it
          convert=_numbers(vllm_version="str", max_model_len="int")),
     # The version as an environment report (vLLM's collect_env: `vLLM Version: 0.22.0`) pasted with the log writes it.
     _sig(EventKind.ENGINE_ARGS, "vLLM ", r"^\s*vLLM [Vv]ersion\s*: (?P<vllm_version>\d+\.\d+[\w.+-]*)\s*$",

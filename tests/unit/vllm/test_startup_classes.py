@@ -262,3 +262,28 @@ def test_the_nccl_watchdogs_timeout_is_the_death_not_the_dump_that_follows() -> 
         "executor."])
     assert "engine_dead" == d.cls
     assert "Watchdog caught collective operation timeout" in (d.root_cause or "")
+
+
+def test_a_progress_bar_redrawn_at_zero_after_an_exception_does_not_acquit_it() -> None:
+    """tqdm redraws its bar as the exception closes it: a bar at 0% after the final exception shows no work done, and
+    the log still ends in that exception."""
+    w = "(EngineCore pid=4) "
+    d = diagnose_lines([w + "INFO 07-10 12:16:24 [core.py:114] Initializing a V1 LLM engine (v0.24.0) with confi",
+                        w + TRACEBACK, w + '  File "/x/vllm/model_executor/models/qwen2.py", line 456, in load_weights',
+                        w + "KeyError: 'layers.0.mlp.gate_up_proj.weight'",
+                        "Loading safetensors checkpoint shards:   0% Completed | 0/1 [00:00<?, ?it/s]"])
+    assert ("config", "unsupported_model", "0.24.0") == (d.cls, d.reason, d.numbers.get("vllm_version"))
+
+
+def test_an_offline_engine_is_started_once_it_is_initialized() -> None:
+    """`LLM(...)` in a script has no API server: the engine's init ends the start-up, and the script's own error
+    after it (a method it called) is no start-up failure. With an API server, the same lines still fail it."""
+    init = "(EngineCore pid=4905) INFO 07-20 11:25:03 [core.py:337] init engine (profile, create kv cache, warmup model) " \
+           "took 13.22 s (compilation: 5.01 s)"
+    after = [TRACEBACK, '  File "/x/vllm/v1/engine/core_client.py", line 881, in call_utility',
+             "Exception: Call to profile method failed: Profiling is not enabled. Please set --profiler-config"]
+    engine = "(EngineCore pid=4905) INFO 07-20 11:24:50 [core.py:114] Initializing a V1 LLM engine (v0.25.1) with config"
+    offline = diagnose_lines([engine, init, *after])
+    assert ("ok", "serving") == (offline.cls, offline.state)
+    banner = "(APIServer pid=1) INFO 07-20 11:24:40 [api_server.py:1] vLLM API server version 0.25.1"
+    assert "ok" != diagnose_lines([banner, engine, init, *after]).cls
