@@ -207,4 +207,8 @@ CONFIG_SIGNATURES: tuple[Signature, ...] = (
     _config("Failed to find C compiler", r"Failed to find C compiler", ConfigReason.MISSING_DEPENDENCY,
             lambda g: {"package": "cc"}),
     _config("No model specified", r"No model (?:specified|_tag specified)", ConfigReason.BAD_ARGUMENT),
+    # The Run:ai model streamer (--load-format runai_streamer) refuses a memory_limit (--model-loader-extra-config)
+    # below one tensor's size.
+    _config("RunaiStreamerMemoryLimitException", r"RunaiStreamerMemoryLimitException: Memory limit supplied",
+            ConfigReason.BAD_ARGUMENT),
 )

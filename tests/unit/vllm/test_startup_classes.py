@@ -57,6 +57,8 @@ E = "(EngineCore_DP0 pid=7) ERROR 11-29 10:54:13 [core.py:708] "
      "missing_dependency", "deepgemm"),
     (E + "RuntimeError: Failed to find C compiler. Please specify via CC environment variable or set "
      "triton.knobs.build.impl.", "config", "missing_dependency", "cc"),
+    (E + "runai_model_streamer.file_streamer.requests_iterator.RunaiStreamerMemoryLimitException: Memory limit "
+     "supplied: 2147483648 cannot be smaller than: 2542796800", "config", "bad_argument", None),
     (E + "RuntimeError: MPS backend out of memory (MPS allocated: 17.36 GB, other allocations: 613.56 MB, max allowed: "
      "18.13 GB). Tried to allocate 192.00 MB on private pool.", "startup_memory", None, None),
     (E + "RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried "
