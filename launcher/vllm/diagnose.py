@@ -79,9 +79,7 @@ class Diagnoser:
         self.serving = False
         self.phase: str | None = None
         self.phase_at_failure: str | None = None
-        self.lines = 0
-        self.last_exception_line = 0
-        self.last_progress_line = 0
+        self.lines = self.last_exception_line = self.last_progress_line = 0
         self.started = False  # any line that shows a start-up happened (version, progress, capacity, serving)
         self.errors = 0  # ERROR/CRITICAL records and exception lines seen
         self.first_error: str | None = None  # the first ERROR/CRITICAL record, as its message
@@ -256,6 +254,8 @@ class Diagnoser:
             return
         if kind is not _FAILURE and kind is not _EXCEPTION and event.values.get("percent") != 0:
             self.last_progress_line = self.lines  # a bar at 0% shows no work done (tqdm redraws it as it closes)
+        if kind is _VERSION and " with" in event.message and "max_model_len" not in event.values:
+            self.wrapped.start(event, self.lines)  # the engine's config record, cut by a terminal: read it whole
         if kind is _VERSION and "vllm_version" in event.values and self.failure is None:
             for key in (*_PER_RANK_MIN, "model_loading_gib"):  # a new start of vLLM in the same log: its capacity
                 self.numbers.pop(key, None)

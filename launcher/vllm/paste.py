@@ -42,6 +42,7 @@ _FRAME_PATH = re.compile(r'File "([^"]{1,512})", line \d+')
 _STAGE = re.compile(r"\[Stage-(\d{1,4})\]")
 _QUOTE_MARKS = "▎>│| "  # what a paste puts before each line of a quoted log
 _JOIN_LINES = 3  # lines after a message that may continue it
+_RECORD_LINES = 40  # lines the engine's config record (a few KiB) may take, cut by a terminal at its width
 _SPAN = 400  # lines after a traceback's header in which its final exception is looked for
 _MAX_PROCESSES = 64  # processes whose open traceback and frames are remembered
 _MAX_LINE = 4096  # longer lines are no traceback's
@@ -177,7 +178,8 @@ class Wrapped:
             return None
         proc, level, message = normalize(line[:_MAX_LINE])
         rest = message.strip().lstrip(_QUOTE_MARKS).strip()
-        if proc is not None or level is not None or not rest or number - self.since > _JOIN_LINES:
+        window = _RECORD_LINES if event.kind == EventKind.VERSION else _JOIN_LINES
+        if proc is not None or level is not None or not rest or number - self.since > window:
             self.event = None  # a record of its own, or too far below: the message ended
             return None
         # An exception whose message starts on the next line (`raise RuntimeError(\'\'\'\n  An attempt …`) printed its
@@ -185,7 +187,8 @@ class Wrapped:
         bare = event.kind == EventKind.EXCEPTION and self.text.endswith(":") and EXCEPTION_LINE.match(self.text[:-1])
         for text in ((f"{self.text} {rest}",) if bare else (f"{self.text}{rest}", f"{self.text} {rest}")):
             whole = classify(text)  # cut at the width, or wrapped at a word
-            if whole is None or (whole.kind != EventKind.FAILURE and not (bare and whole.kind == EventKind.EXCEPTION)):
+            if whole is None or (whole.kind != EventKind.FAILURE and not (bare and whole.kind == EventKind.EXCEPTION)
+                                 and not (whole.kind == event.kind == EventKind.VERSION)):
                 continue
             if event.kind == EventKind.EXCEPTION:
                 self.text = text
@@ -194,7 +197,8 @@ class Wrapped:
             if whole.failure == event.failure and added:
                 self.text = text
                 return Joined(whole, added)
-        self.text = f"{self.text} {rest}"
+        # A record cut by a terminal at its width goes on mid-word; a message, at a word.
+        self.text = f"{self.text}{rest}" if event.kind == EventKind.VERSION else f"{self.text} {rest}"
         return None
 
 

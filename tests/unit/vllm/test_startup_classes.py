@@ -289,3 +289,14 @@ def test_an_offline_engine_is_started_once_it_is_initialized() -> None:
     assert ("ok", "serving") == (offline.cls, offline.state)
     banner = "(APIServer pid=1) INFO 07-20 11:24:40 [api_server.py:1] vLLM API server version 0.25.1"
     assert "ok" != diagnose_lines([banner, engine, init, *after]).cls
+
+
+def test_the_engines_config_record_cut_by_a_terminal_is_read_whole() -> None:
+    """A terminal 108 columns wide cuts vLLM's config record mid-word, `max` on one line and `_seq_len=…` on a later
+    one: the record is joined back as it was cut, and the context length read."""
+    record = ("(EngineCore pid=4) INFO 07-10 12:16:24 [core.py:114] Initializing a V1 LLM engine (v0.24.0) with config: "
+              "model='m', tokenizer='m', skip_tokenizer_init=False, tokenizer_mode=auto, trust_remote_code=False, "
+              "dtype=torch.bfloat16, max_seq_len=40960, download_dir=None, load_format=auto, tensor_parallel_size=1")
+    lines = [record[:108], *(record[at:at + 108] for at in range(108, len(record), 108))]
+    d = diagnose_lines([*lines, "(EngineCore pid=4) INFO 07-10 12:16:30 [gpu_model_runner.py:1] Starting to load model"])
+    assert {"vllm_version": "0.24.0", "max_model_len": 40960} == {k: d.numbers.get(k) for k in ("vllm_version", "max_model_len")}
