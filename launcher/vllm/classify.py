@@ -37,7 +37,7 @@ _OUTER = re.compile(
     r"(?:\[?\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?\]?\s+)?"  # docker logs -t, ISO, [bracketed]
     r"(?:\|\s(?!(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \| ))?"  # a log viewer's column: `2026-05-01 21:17:45.024 | `
     r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.-]{1,64} [\w.@-]{1,128}(?:\[\d{1,10}\])?: )?"  # journalctl, syslog
-    r"(?:(?:[\w.-]{1,32} )?(?:STDOUT|STDERR|stdout|stderr)(?::|\s[FP])\s)?"  # a wrapper's `vLLM STDOUT: `, CRI's `stdout F `
+    r"(?:vLLM STD(?:OUT|ERR): |std(?:out|err) [FP] )?"  # a wrapper's stream label (Unsloth), CRI's (containerd)
     r"(?:\|\s(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \| \w+ \| )?"  # FastChat's logger: `| ERROR | stderr | `
     r"(?:\[rank\d+\]:\s?)?"  # torch.distributed
     # vLLM's process prefix (two when workers' lines interleave; Ray adds the node's address: `(RayWorkerWrapper

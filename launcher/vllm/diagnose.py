@@ -236,7 +236,6 @@ class Diagnoser:
             # `LLM(...)` in a script: no API server, so the engine's init is the start-up's end (what runs after it
             # is the caller's work, or the caller's own error).
             self.serving, self.completed, self.completed_line = True, True, self.lines
-        self.api_server = self.api_server or paste.from_api_server(event)
         if kind in _STARTUP_EVIDENCE:
             self.started = True
         if kind in _JOINED:
@@ -254,6 +253,8 @@ class Diagnoser:
             return
         if kind is not _FAILURE and kind is not _EXCEPTION and event.values.get("percent") != 0:
             self.last_progress_line = self.lines  # a bar at 0% shows no work done (tqdm redraws it as it closes)
+        if kind is _VERSION and "server version" in event.message:
+            self.api_server = True  # vLLM's API server announces itself first (its banner); `LLM(...)` prints none
         if kind is _VERSION and " with" in event.message and "max_model_len" not in event.values:
             self.wrapped.start(event, self.lines)  # the engine's config record, cut by a terminal: read it whole
         if kind is _VERSION and "vllm_version" in event.values and self.failure is None:

@@ -213,11 +213,6 @@ def _rank_kind(name: str) -> str:
     return name
 
 
-def from_api_server(event: LogEvent) -> bool:
-    """A line of vLLM's API server (its prefix, or its banner where no prefix is printed)."""
-    return (event.proc or "").startswith("APIServer") or "server version" in event.message
-
-
 def engine_process(proc: str | None) -> bool:
     """A process of vLLM's engine (its core, a worker rank), named by its prefix: not the API server, which also
     prints the tracebacks of requests."""
