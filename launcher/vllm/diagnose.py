@@ -97,7 +97,8 @@ class Diagnoser:
         self.joined = False  # this rank is part of an assembled group: its place in the world, or it loads
         self.completed = False  # the start-up completed ("Application startup complete") or requests were served
         self.completed_line = self.worker_failed_line = 0  # where it completed; where a worker last said it failed
-        self.api_server = False  # an API server's line was read (else `LLM(...)` in a script: the engine is all)
+        # An API server's line was read (else `LLM(...)` in a script); where the engine said its init took N s.
+        self.api_server, self.engine_ready_line = False, 0
         self.waits: list[int] = []  # lines where vLLM said a process waits, since the last progress
         self.waiting = ""  # the last of them
 
@@ -170,6 +171,7 @@ class Diagnoser:
             self.confirmed, self.only_cause = None, True
         if paste.WORKER_FAILED in line:
             self.worker_failed_line = self.lines
+        self.api_server = self.api_server or "APIServer" in line
         if ("rror" in line or "Failed" in line) and not self.completed:
             text = paste.error_text(line)
             self.error_text = (text, self.lines) if text is not None else self.error_text
@@ -232,10 +234,8 @@ class Diagnoser:
                 self.completed, self.completed_line = True, self.lines
         elif kind is _PROGRESS:
             self.phase = str(event.values.get("phase", self.phase))
-        elif "engine_init_s" in event.values and not self.api_server and not self.completed:
-            # `LLM(...)` in a script: no API server, so the engine's init is the start-up's end (what runs after it
-            # is the caller's work, or the caller's own error).
-            self.serving, self.completed, self.completed_line = True, True, self.lines
+        elif "engine_init_s" in event.values:
+            self.engine_ready_line = self.lines
         if kind in _STARTUP_EVIDENCE:
             self.started = True
         if kind in _JOINED:
@@ -253,8 +253,8 @@ class Diagnoser:
             return
         if kind is not _FAILURE and kind is not _EXCEPTION and event.values.get("percent") != 0:
             self.last_progress_line = self.lines  # a bar at 0% shows no work done (tqdm redraws it as it closes)
-        if kind is _VERSION and "server version" in event.message:
-            self.api_server = True  # vLLM's API server announces itself first (its banner); `LLM(...)` prints none
+        if kind is _VERSION and ("server version" in event.message or (event.proc or "").startswith("APIServer")):
+            self.api_server = True  # its banner (or logo); `LLM(...)` in a script prints neither
         if kind is _VERSION and " with" in event.message and "max_model_len" not in event.values:
             self.wrapped.start(event, self.lines)  # the engine's config record, cut by a terminal: read it whole
         if kind is _VERSION and "vllm_version" in event.values and self.failure is None:
@@ -328,7 +328,7 @@ class Diagnoser:
             event = self.failure
             reason = event.reason
             if reason is None and event.failure == STARTUP_MEMORY:
-                reason = self._oom_phase()
+                reason = self.tracebacks.oom_phase(self.failure_line or 0, self.phase_at_failure)
             return Diagnosis(event.failure or UNKNOWN, reason, event.message, numbers, state, self.failure_line,
                              warnings, self.confirmed or "accused")
         if self.generic is not None:
@@ -337,8 +337,11 @@ class Diagnoser:
                 return Diagnosis(ENGINE_DEAD, None, cause.message, numbers, state, self.generic_line, warnings,
                                  "engine_start_failed")
             return self._raised(cause, numbers, state, self.generic_line, warnings, "engine_start_failed")
-        if self.last_exception is not None and not self.serving and self.last_exception_line > self.last_progress_line:
-            # The log ends in a traceback no signature knows: vLLM failed, the cause is that exception.
+        offline = not self.api_server and 0 < self.engine_ready_line < self.last_exception_line
+        if self.last_exception is not None and not self.serving and self.last_exception_line > self.last_progress_line \
+                and not offline:
+            # The log ends in a traceback no signature knows: vLLM failed, the cause is that exception (unless an
+            # offline engine said it was ready before it: then it is the script's own error).
             return self._raised(self.last_exception, numbers, state, self.last_exception_line, warnings, "log_end")
         open_since = self.tracebacks.open_since()
         if open_since > self.last_progress_line and self.started and not self.serving:
@@ -348,7 +351,7 @@ class Diagnoser:
                 cause, reason = self.acquitted[-1], self.acquitted[-1].reason
                 if reason is None and cause.failure == STARTUP_MEMORY and self.last_acquitted is not None \
                         and self.last_acquitted[0] is cause:
-                    reason = self._oom_phase(self.last_acquitted[1] or 0, self.last_acquitted[2])
+                    reason = self.tracebacks.oom_phase(self.last_acquitted[1] or 0, self.last_acquitted[2])
                 return Diagnosis(cause.failure or UNKNOWN, reason, cause.message, numbers, state, open_since,
                                  warnings[:-1], "log_end_in_traceback")
             return Diagnosis(UNKNOWN, None, self.first_error or "the log ends inside a traceback", numbers, state,
@@ -372,12 +375,6 @@ class Diagnoser:
         numbers = {**(verdict.numbers or {}), **numbers}  # what the message states, where the log said nothing else
         return Diagnosis(verdict.cls, verdict.reason, cause.message, numbers, state, line, warnings,
                          f"{evidence}, raise site by {verdict.how}")
-
-    def _oom_phase(self, line: int | None = None, phase: str | None = None) -> str | None:
-        """Where an out-of-memory happened: the standing failure's, or the one at `line` (read in `phase`)."""
-        if line is None:
-            line, phase = self.failure_line, self.phase_at_failure
-        return self.tracebacks.oom_phase(line or 0, phase)
 
 
 def diagnose_lines(lines: Iterable[str], block_size: int = DEFAULT_BLOCK_SIZE) -> Diagnosis:
