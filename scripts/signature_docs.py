@@ -43,7 +43,9 @@ Around it sit prefixes that change with the version and the way vLLM runs:
   process that wrote the line. Before 0.31 it wraps every line the process writes (tracebacks too), in ANSI
   colour up to 0.15; from 0.31 it is part of the log format. Interleaved workers can leave two of them.
 - `[rank0]: ` from torch.distributed; `vllm-1  | ` from docker compose; ISO timestamps from `docker logs -t`
-  or Kubernetes; `> ` when a log was pasted as a Markdown quote.
+  or Kubernetes (and the container runtime's `stdout F `); a log viewer's `2026-05-01 21:17:45.024 | ` column;
+  journald's `Aug 23 22:59:26 host unit[pid]: `; a wrapper's `vLLM STDOUT: `; `> ` when a log was pasted as a
+  Markdown quote.
 - `\\r`: vLLM continues a multi-line record with `\\r\\n` plus the prefix, and progress bars redraw with `\\r`.
   The last non-empty piece of a line is what counts.
 - uvicorn writes `INFO:     ` records of its own, and its access log: `INFO:     127.0.0.1:5000 - "GET /health
