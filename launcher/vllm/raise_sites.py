@@ -4,7 +4,10 @@ the exception's type, its message and the module that raised it.
 The catalogue (`launcher/data/vllm-source-messages.yaml`, extracted from vLLM's source by
 `scripts/vllm-source-messages` and decided by hand, row by row, from what each message says) holds every
 start-up failure vLLM raises or logs, in fourteen versions. The signature table reads the lines that carry numbers
-or that accuse while vLLM still runs; an exception no signature knows comes here, in this order:
+or that accuse while vLLM still runs; an exception no signature knows comes here. Two cases first: vLLM's engine
+re-raising a worker's exception as text (`Worker failed with error '…'`) is judged as that exception; and one whose
+traceback ran an artifact the start-up loaded from vLLM's torch.compile cache is the cache's (`compile_cache`).
+Then, in this order:
 
 1. its message against the catalogue's templates (the literal words of the template; a `{placeholder}` matches
    anything on the line), the longest template that matches wins: the class and reason its row was given;
