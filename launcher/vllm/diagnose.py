@@ -55,9 +55,10 @@ _JOINED = frozenset({EventKind.JOINED, EventKind.MODEL_LOADING, EventKind.AVAILA
 # Lines that show a server up, or answering.
 _SERVING = frozenset({EventKind.SERVER_STARTING, EventKind.STARTUP_COMPLETE, EventKind.REQUEST, EventKind.SERVING})
 # Kinds bound once: `EventKind.X` is a class-attribute lookup per use, 7x an identity test (observe: 1 line in 3).
-_FAILURE, _EXCEPTION, _REQUEST, _SHUTDOWN, _PROGRESS, _WAITING, _VERSION, _KV_DETAIL, _COMPLETE = (EventKind.FAILURE,
-    EventKind.EXCEPTION, EventKind.REQUEST, EventKind.SHUTDOWN, EventKind.PROGRESS, EventKind.WAITING, EventKind.VERSION,
-    EventKind.KV_DETAIL, EventKind.STARTUP_COMPLETE)
+_FAILURE, _EXCEPTION, _REQUEST, _SHUTDOWN, _PROGRESS, _WAITING, _VERSION, _KV_DETAIL, _COMPLETE, _INFO = (
+    EventKind.FAILURE, EventKind.EXCEPTION, EventKind.REQUEST, EventKind.SHUTDOWN, EventKind.PROGRESS, EventKind.WAITING,
+    EventKind.VERSION, EventKind.KV_DETAIL, EventKind.STARTUP_COMPLETE, EventKind.INFO)
+_WORKER_FAILED = paste.WORKER_FAILED
 _CHAINED = ("The above exception was the direct cause of the following", "During handling of the above exception")
 _MAX_WARNINGS = 20
 # vLLM's 60-second shared-memory wait, this often with no progress between: stalled (a long compile waits a few).
@@ -169,9 +170,10 @@ class Diagnoser:
                 and self.tracebacks.message_since(self.failure_line or 0, self.lines):
             # The failure was only a cause: another exception follows its message, and that one ends the traceback.
             self.confirmed, self.only_cause = None, True
-        if paste.WORKER_FAILED in line:
+        if _WORKER_FAILED in line:
             self.worker_failed_line = self.lines
-        self.api_server = self.api_server or "APIServer" in line
+        if not self.api_server and "APIServer" in line:
+            self.api_server = True
         if ("rror" in line or "Failed" in line) and not self.completed:
             text = paste.error_text(line)
             self.error_text = (text, self.lines) if text is not None else self.error_text
@@ -234,7 +236,7 @@ class Diagnoser:
                 self.completed, self.completed_line = True, self.lines
         elif kind is _PROGRESS:
             self.phase = str(event.values.get("phase", self.phase))
-        elif "engine_init_s" in event.values:
+        elif kind is _INFO and "engine_init_s" in event.values:
             self.engine_ready_line = self.lines
         if kind in _STARTUP_EVIDENCE:
             self.started = True
@@ -251,15 +253,16 @@ class Diagnoser:
             self.waits += [self.lines] if len(self.waits) < STALLED_WAITS else []
             self.waiting = event.message
             return
-        if kind is not _FAILURE and kind is not _EXCEPTION and event.values.get("percent") != 0:
+        if kind is not _FAILURE and kind is not _EXCEPTION and (kind is not _PROGRESS or event.values.get("percent") != 0):
             self.last_progress_line = self.lines  # a bar at 0% shows no work done (tqdm redraws it as it closes)
-        if kind is _VERSION and ("server version" in event.message or (event.proc or "").startswith("APIServer")):
-            self.api_server = True  # its banner (or logo); `LLM(...)` in a script prints neither
-        if kind is _VERSION and " with" in event.message and "max_model_len" not in event.values:
-            self.wrapped.start(event, self.lines)  # the engine's config record, cut by a terminal: read it whole
-        if kind is _VERSION and "vllm_version" in event.values and self.failure is None:
-            for key in (*_PER_RANK_MIN, "model_loading_gib"):  # a new start of vLLM in the same log: its capacity
-                self.numbers.pop(key, None)
+        if kind is _VERSION:
+            # Its banner (or logo) names the API server; `LLM(...)` in a script prints neither.
+            self.api_server = self.api_server or "server version" in event.message or (event.proc or "").startswith("APIServer")
+            if " with" in event.message and "max_model_len" not in event.values:
+                self.wrapped.start(event, self.lines)  # the engine's config record, cut by a terminal: read it whole
+            if "vllm_version" in event.values and self.failure is None:
+                for key in (*_PER_RANK_MIN, "model_loading_gib"):  # a new start of vLLM in the same log: its capacity
+                    self.numbers.pop(key, None)
         for key, value in event.values.items():
             if key in _PER_RANK_MIN and isinstance(value, int | float) and isinstance(self.numbers.get(key), int | float):
                 self.numbers[key] = min(self.numbers[key], value)

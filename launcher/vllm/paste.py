@@ -246,7 +246,8 @@ def error_text(line: str) -> str | None:
     _, level, message = normalize(line[:_MAX_LINE])
     message = message.strip()
     if level in (None, "ERROR", "CRITICAL") and message and not is_client_text(message) \
-            and not message.startswith(GENERIC_DEATHS) and not _FLIGHT_RECORDER.search(message[:1000]):
+            and not message.startswith(GENERIC_DEATHS) \
+            and not (("dump" in message or "flight" in message) and _FLIGHT_RECORDER.search(message[:1000])):
         return message[:1000]
     return None
 
