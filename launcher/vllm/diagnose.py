@@ -172,7 +172,7 @@ class Diagnoser:
             self.confirmed, self.only_cause = None, True
         if _WORKER_FAILED in line:
             self.worker_failed_line = self.lines
-        if not self.api_server and "APIServer" in line:
+        if not self.api_server and paste.API_SERVER in line:
             self.api_server = True
         if ("rror" in line or "Failed" in line) and not self.completed:
             text = paste.error_text(line)
@@ -257,7 +257,7 @@ class Diagnoser:
             self.last_progress_line = self.lines  # a bar at 0% shows no work done (tqdm redraws it as it closes)
         if kind is _VERSION:
             # Its banner (or logo) names the API server; `LLM(...)` in a script prints neither.
-            self.api_server = self.api_server or "server version" in event.message or (event.proc or "").startswith("APIServer")
+            self.api_server = self.api_server or "server version" in event.message or paste.API_SERVER in (event.proc or "")
             if " with" in event.message and "max_model_len" not in event.values:
                 self.wrapped.start(event, self.lines)  # the engine's config record, cut by a terminal: read it whole
             if "vllm_version" in event.values and self.failure is None:

@@ -36,8 +36,10 @@ _FLIGHT_RECORDER = re.compile(r"dump signal|dump debug info|flight recorder")
 _POINTERS = ("See stack trace", "See root cause", "root cause above", "encountered a fatal error",
              "encountered an issue")
 _FRAME = re.compile(r'File "[^"]*", line \d+, in (\w+)|processing method (\w+)|(torch\.cuda\.graph\()')
-# vLLM's torch.compile cache (VLLM_CACHE_ROOT/torch_compile_cache): a frame there runs a compiled artifact it saved.
+# vLLM's torch.compile cache (VLLM_CACHE_ROOT/torch_compile_cache, the folder run/compilecache.py moves aside): a
+# frame there runs a compiled artifact it saved.
 COMPILE_CACHE_DIR = "/torch_compile_cache/"
+API_SERVER = "APIServer"  # the prefix of vLLM's API server process: `(APIServer pid=1)`
 _FRAME_PATH = re.compile(r'File "([^"]{1,512})", line \d+')
 _STAGE = re.compile(r"\[Stage-(\d{1,4})\]")
 _QUOTE_MARKS = "▎>│| "  # what a paste puts before each line of a quoted log
@@ -216,7 +218,7 @@ def _rank_kind(name: str) -> str:
 def engine_process(proc: str | None) -> bool:
     """A process of vLLM's engine (its core, a worker rank), named by its prefix: not the API server, which also
     prints the tracebacks of requests."""
-    return proc is not None and not proc.startswith("APIServer")
+    return proc is not None and not proc.startswith(API_SERVER)
 
 
 def sibling_ranks(accused: LogEvent, other: LogEvent) -> bool:
