@@ -196,6 +196,9 @@ class ApiServer:
             self.effects_before(line, done)
             if index == engine_at and self.engine is None:
                 self.start_engine()
+                # vLLM's engine retitles itself before it prints a line: a supervisor that reads an engine's
+                # line can find VLLM::EngineCore in the process table, however loaded the machine is.
+                self.wait_engine_ready()
             if READY_LINE.search(line) and self.server is None:
                 self.start_server()
             if "[shutdown]" in line and self.server is not None:
