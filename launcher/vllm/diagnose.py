@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from launcher.vllm import paste, raise_sites, signatures
+from launcher.vllm import deaths, paste, raise_sites, signatures
 from launcher.vllm.classify import normalize, read_line
 from launcher.vllm.diagnosis import Diagnosis, reported_numbers
 from launcher.vllm.phases import PhaseClock, line_time, timed
@@ -101,6 +101,8 @@ class Diagnoser:
         # An API server's line was read (else `LLM(...)` in a script); where the engine said its init took N s.
         self.api_server, self.engine_ready_line = False, 0
         self.waits: list[int] = []  # lines where vLLM said a process waits, since the last progress
+        # The last exception printed once the start-up completed, and its line: what a death after it died of.
+        self.raised_serving: tuple[LogEvent, int] | None = None
         self.waiting = ""  # the last of them
 
     @property
@@ -215,11 +217,7 @@ class Diagnoser:
                 self.first_error = event.message
             self.errors += 1
             self.tracebacks.ends(event, self.lines)
-            if (self.failure is not None and self.failure.failure == ENGINE_DEAD and self.failure.proc == event.proc
-                    and (self.pointed or paste.points_elsewhere(self.failure.message))
-                    and not paste.points_elsewhere(event.message)):
-                # "EngineCore encountered a fatal error." heads the traceback whose final exception says of what.
-                self.failure, self.pointed = dataclasses.replace(self.failure, message=event.message), True
+            deaths.exception_seen(self, event)
             if "initialization failed" not in event.message:
                 self.last_exception = event
                 self.last_exception_line = self.lines
@@ -276,17 +274,10 @@ class Diagnoser:
         if event.failure == ENGINE_DEAD and self.shutting_down:
             return
         ends_traceback = self.tracebacks.ends(event, self.lines)
-        if event.failure == ENGINE_DEAD and event.message.startswith(paste.GENERIC_DEATHS):
-            if not self.completed and self.generic is not None:
-                return  # the executor stopping its workers after vLLM said the start-up failed: its cause is above
-            if self.error_text is not None and self.lines - self.error_text[1] <= paste.DEATH_CAUSE_LINES:
-                # "Worker proc … died unexpectedly" says that it died, not of what: the error it printed just before does.
-                event = dataclasses.replace(event, message=self.error_text[0])
-            elif self.completed and self.last_exception is not None and paste.engine_process(self.last_exception.proc) \
-                    and self.last_exception_line > min(self.completed_line, self.worker_failed_line or self.lines):
-                # Else a worker's exception while serving, however far above: the rank that failed first (the others
-                # wait on it in a collective until their watchdog ends them).
-                event = dataclasses.replace(event, message=self.last_exception.message)
+        named = deaths.named(self, event)
+        if named is None:
+            return
+        event = named
         if self.completed and event.failure != ENGINE_DEAD and event.reason not in _AFTER_STARTUP_REASONS:
             # Once vLLM served, a start-up class (a model, memory or KV-cache line) describes no start-up: one
             # request's error, or another program's lines in the same file. It is a warning, never a verdict.

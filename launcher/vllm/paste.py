@@ -30,6 +30,9 @@ PYDANTIC_MODULE = "vllm/config/vllm.py"
 WORKER_FAILED = "WorkerProc hit an exception"  # a worker's busy loop: the traceback that follows is the rank's failure
 # Death lines that name no cause, and how far above them the error they died of may stand.
 GENERIC_DEATHS = ("Worker proc ", "Engine core proc ", WORKER_FAILED, "Engine process failed")
+# A serving engine's last words that say it is gone, not of what (V0's client, the engine's signal handler): the
+# exception printed just before them is the cause.
+CAUSELESS_DEATHS = (*GENERIC_DEATHS, "MQLLMEngine is already dead", "Got fatal signal from worker processes")
 DEATH_CAUSE_LINES = 5
 # torch's NCCL flight recorder reporting a dump it was asked for: what follows a collective's failure, never its cause.
 _FLIGHT_RECORDER = re.compile(r"dump signal|dump debug info|flight recorder")
@@ -240,6 +243,11 @@ def points_elsewhere(message: str) -> bool:
     """A line that says something failed and points at the cause elsewhere ("See stack trace (above) for the root
     cause", "EngineCore encountered a fatal error."): never the root cause itself when the cause is in the log."""
     return any(words in message for words in _POINTERS)
+
+
+def points_above(message: str) -> bool:
+    """A pointer whose cause was printed before it ("See stack trace above", "See root cause above")."""
+    return "above" in message and points_elsewhere(message)
 
 
 def error_text(line: str) -> str | None:

@@ -232,3 +232,43 @@ def test_a_clients_request_line_opens_no_traceback_and_names_no_raise_site() -> 
     d.feed("(APIServer pid=1) INFO 11-29 15:41:18 [logger.py:41] Received request chatcmpl-1: prompt: 'Traceback "
            "(most recent call last):  File \"/venv/vllm/config/model.py\", line 1, in __post_init__', params: x")
     assert d.tracebacks.open_since() == 0 and d.tracebacks.module("APIServer") is None
+
+
+_SERVED = ["INFO 03-30 02:10:01 [api_server.py:1081] Starting vLLM API server on http://0.0.0.0:8000",
+           "INFO:     Application startup complete."]
+
+
+def test_a_serving_death_that_names_no_cause_takes_the_exception_just_above_it() -> None:
+    """V0's "MQLLMEngine is already dead" and the engine client's "Got fatal signal … See stack trace above" say that
+    the engine is gone, not of what: the exception printed just before them is the root cause, a start-up class's
+    exception included (a module a worker lacked)."""
+    assertion = diagnose_lines([*_SERVED,
+                                "ERROR 03-30 02:15:01 [engine.py:160] Traceback (most recent call last):",
+                                'ERROR 03-30 02:15:01 [engine.py:160]   File "/x/xgrammar_decoding.py", line 355, in __call__',
+                                "ERROR 03-30 02:15:01 [engine.py:160] AssertionError",
+                                "CRITICAL 03-30 02:15:01 [launcher.py:116] MQLLMEngine is already dead, terminating "
+                                "server process"])
+    assert (assertion.cls, assertion.root_cause) == ("engine_dead", "AssertionError")
+    module = diagnose_lines([*_SERVED,
+                             "ERROR 04-08 04:00:01 [core.py:390] EngineCore hit an exception: Traceback (most recent "
+                             "call last):",
+                             "ERROR 04-08 04:00:01 [core.py:390] ModuleNotFoundError: No module named 'pyarrow'",
+                             "CRITICAL 04-08 04:00:01 [core_client.py:361] Got fatal signal from worker processes, "
+                             "shutting down. See stack trace above for root cause issue."])
+    assert (module.cls, module.root_cause) == ("engine_dead", "ModuleNotFoundError: No module named 'pyarrow'")
+    # Far above it, an exception is some request's, not the death's: the death line stands.
+    far = diagnose_lines([*_SERVED, "ERROR 04-08 03:00:01 [serving.py:1] ValueError: bad request",
+                          *["INFO 04-08 03:00:02 [metrics.py:1] Avg prompt throughput: 1.0 tokens/s"] * 10,
+                          "CRITICAL 04-08 04:00:01 [core_client.py:361] Got fatal signal from worker processes, "
+                          "shutting down. See stack trace above for root cause issue."])
+    assert far.cls == "engine_dead" and far.root_cause is not None and far.root_cause.startswith("Got fatal signal")
+
+
+def test_a_death_line_that_heads_its_traceback_is_named_by_the_exception_below_it() -> None:
+    """"EngineCore encountered a fatal error." comes before its traceback: the exception that ends it names the
+    death, even an exception a start-up class knows (a missing module), never the error printed above it."""
+    d = diagnose_lines([*_SERVED, "Error: Failed to initialize the TMA descriptor 1",
+                        "ERROR 05-09 03:01:59 [core.py:402] EngineCore encountered a fatal error.",
+                        "ERROR 05-09 03:01:59 [core.py:402] Traceback (most recent call last):",
+                        "ERROR 05-09 03:01:59 [core.py:402] ModuleNotFoundError: No module named 'cupy'"])
+    assert (d.cls, d.root_cause) == ("engine_dead", "ModuleNotFoundError: No module named 'cupy'")

@@ -1,0 +1,74 @@
+"""What an engine died of. A death line says that a process died, rarely of what: the error printed near it does.
+
+- "Worker proc … died unexpectedly" (and its kin, `paste.GENERIC_DEATHS`): the error that process printed just
+  before; while serving, a worker's exception however far above (the rank that failed first: its peers then wait on
+  it in a collective until their watchdog ends them).
+- Once vLLM served, a death line that names no cause ("MQLLMEngine is already dead", "Got fatal signal … See stack
+  trace above"): the exception printed just before it. It decides at once: no start-up is left whose root cause
+  could still come.
+- "EngineCore encountered a fatal error." heads the traceback whose final exception says of what.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol
+
+from launcher.vllm import paste
+from launcher.vllm.signature_kit import ENGINE_DEAD, EXCEPTION_LINE
+from launcher.vllm.signatures import LogEvent
+
+
+class Fold(Protocol):
+    """What of the fold (diagnose.Diagnoser) naming a death reads and keeps."""
+
+    lines: int
+    completed: bool
+    completed_line: int
+    worker_failed_line: int
+    generic: LogEvent | None
+    failure: LogEvent | None
+    pointed: bool
+    error_text: tuple[str, int] | None
+    last_exception: LogEvent | None
+    last_exception_line: int
+    raised_serving: tuple[LogEvent, int] | None
+
+
+def named(fold: Fold, event: LogEvent) -> LogEvent | None:
+    """The failure event, an engine death's message replaced by its cause where the log shows it; None: a death to
+    ignore (the executor stopping its workers after vLLM said the start-up failed: its cause is above)."""
+    if fold.completed:
+        if event.failure != ENGINE_DEAD:
+            if EXCEPTION_LINE.match(event.message):  # a start-up class's exception under a serving engine
+                exception_seen(fold, event)
+            return event
+        if event.message.startswith(paste.CAUSELESS_DEATHS) or paste.points_above(event.message):
+            event = dataclasses.replace(event, fatal="specific")
+            cause = fold.raised_serving
+            if cause is not None and fold.lines - cause[1] <= paste.DEATH_CAUSE_LINES:
+                return dataclasses.replace(event, message=cause[0].message)
+    if event.failure != ENGINE_DEAD or not event.message.startswith(paste.GENERIC_DEATHS):
+        return event
+    if not fold.completed and fold.generic is not None:
+        return None
+    if fold.error_text is not None and fold.lines - fold.error_text[1] <= paste.DEATH_CAUSE_LINES:
+        return dataclasses.replace(event, message=fold.error_text[0])
+    last = fold.last_exception
+    if fold.completed and last is not None and paste.engine_process(last.proc) \
+            and fold.last_exception_line > min(fold.completed_line, fold.worker_failed_line or fold.lines):
+        return dataclasses.replace(event, message=last.message)
+    return event
+
+
+def exception_seen(fold: Fold, event: LogEvent) -> None:
+    """An exception line: once vLLM served, the likeliest cause of a death that follows; after a death line that
+    pointed at it, the death's root cause."""
+    if paste.points_elsewhere(event.message):
+        return
+    if fold.completed:
+        fold.raised_serving = (event, fold.lines)
+    failure = fold.failure
+    if failure is not None and failure.failure == ENGINE_DEAD and failure.proc == event.proc \
+            and (fold.pointed or paste.points_elsewhere(failure.message)):
+        fold.failure, fold.pointed = dataclasses.replace(failure, message=event.message), True
