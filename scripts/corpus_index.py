@@ -36,6 +36,10 @@ def render(entries: list[dict[str, Any]]) -> str:
         "The expected class, reason and numbers were read from the log and its thread, never from the classifier.",
         "`tests/unit/vllm/test_real_logs.py` requires all of them, except the known misses (`miss:` in the index: an",
         "expected failure, strict, until the classifier is fixed); `benchmarks/diagnose_accuracy.py` prints the table.",
+        "`hang: true`: the thread says the start-up hung, and the log ends with no error line. No line tells such a",
+        "log from one cut while vLLM starts, so the diagnosis must read it as still starting (no failure, server",
+        "`starting`) or as stalled (`unknown`), never as serving: `up` ends a hang by time (`launcher.startup_stall`,",
+        "`launcher.startup_timeout`), not by a line.",
         "This file is generated from `index.yaml` by `scripts/corpus_index.py`.",
         "",
         f"{len(entries)} logs from {len(sources)} sources: "
@@ -47,6 +51,8 @@ def render(entries: list[dict[str, Any]]) -> str:
     for e in entries:
         version = f"{e.get('vllm_version') or '?'} ({e.get('version_how') or 'unknown'})"
         expected = e["class"] + (f" / {e['reason']}" if e.get("reason") else "")
+        if e.get("hang"):
+            expected += " (hang: still starting, or stalled)"
         if e.get("miss"):
             expected += f" (known miss: {e['miss']})"
         numbers = ", ".join(f"{k}={v}" for k, v in (e.get("numbers") or {}).items())

@@ -283,6 +283,11 @@ def describe_remedy(d: Diagnosis, profile: Profile | None = None, version: Versi
     """What the ladder would do for this diagnosis, in one line (for `diagnose`)."""
     from launcher.vllm.versions import semantics
 
+    if d.cls == OK and d.state == "starting":
+        # A log cut while vLLM starts and a start-up that hung read the same: no line tells them apart, time does.
+        return ("none: no failure in this log, which ends before the server answered; if vLLM stopped there, it "
+                "hung: `up` ends such an attempt after launcher.startup_stall without output or progress, or at "
+                "launcher.startup_timeout")
     if d.cls == OK:
         return "none: no failure in this log"
     if d.cls == ENGINE_DEAD:

@@ -145,6 +145,13 @@ class TestRemedyText:
     def test_generic_remedies(self, d: Diagnosis, words: str) -> None:
         assert words in ladder.describe_remedy(d)
 
+    def test_a_log_that_ends_while_starting_names_the_deadlines_that_end_a_hang(self) -> None:
+        """No line tells a log cut while vLLM starts from a start-up that hung: the remedy says which settings end a
+        hang live; a served log says only that nothing failed."""
+        starting = ladder.describe_remedy(Diagnosis("ok", None, None, {}, "starting"))
+        assert "launcher.startup_stall" in starting and "launcher.startup_timeout" in starting
+        assert ladder.describe_remedy(Diagnosis("ok", None, None, {}, "serving")) == "none: no failure in this log"
+
 
 class TestOncePerRun:
     """A step a run takes once: the compile cache moved aside, a group's retry. A second time stops with 75."""
