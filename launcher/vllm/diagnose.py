@@ -172,6 +172,9 @@ class Diagnoser:
                 and self.tracebacks.message_since(self.failure_line or 0, self.lines):
             # The failure was only a cause: another exception follows its message, and that one ends the traceback.
             self.confirmed, self.only_cause = None, True
+        if self.failure is not None and not self.completed and signatures.is_native_crash(self.failure) \
+                and paste.in_nccl_init(line) and paste.same_process(line, self.failure):
+            self.failure = dataclasses.replace(self.failure, failure=DISTRIBUTED_INIT)  # it crashed forming the group
         if _WORKER_FAILED in line:
             self.worker_failed_line = self.lines
         if not self.api_server and paste.API_SERVER in line:

@@ -37,7 +37,8 @@ DEATH_CAUSE_LINES = 5
 # torch's NCCL flight recorder reporting a dump it was asked for: what follows a collective's failure, never its cause.
 _FLIGHT_RECORDER = re.compile(r"dump signal|dump debug info|flight recorder")
 _POINTERS = ("See stack trace", "See root cause", "root cause above", "encountered a fatal error",
-             "encountered an issue")
+             "encountered an issue", "background task failed")
+_NCCL_INIT_FRAME = re.compile(r'File "[^"]*", line \d+ in ncclCommInit\w*\s*$')
 _FRAME = re.compile(r'File "[^"]*", line \d+, in (\w+)|processing method (\w+)|(torch\.cuda\.graph\()')
 # vLLM's torch.compile cache (VLLM_CACHE_ROOT/torch_compile_cache, the folder run/compilecache.py moves aside): a
 # frame there runs a compiled artifact it saved.
@@ -243,6 +244,17 @@ def points_elsewhere(message: str) -> bool:
     """A line that says something failed and points at the cause elsewhere ("See stack trace (above) for the root
     cause", "EngineCore encountered a fatal error."): never the root cause itself when the cause is in the log."""
     return any(words in message for words in _POINTERS)
+
+
+def in_nccl_init(line: str) -> bool:
+    """A frame of faulthandler's stack (`File "…", line N in ncclCommInitRank`: most recent call first) inside NCCL's
+    communicator set-up: a native crash there is the group failing to form."""
+    return "in ncclCommInit" in line and _NCCL_INIT_FRAME.search(line) is not None
+
+
+def same_process(line: str, event: LogEvent) -> bool:
+    """The line's prefix names the event's process (its name, and its PID where the event has one)."""
+    return normalize(line)[0] == event.proc and (event.pid is None or f"pid={event.pid}" in line[:256])
 
 
 def points_above(message: str) -> bool:

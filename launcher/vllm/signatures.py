@@ -335,6 +335,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(EventKind.FAILURE, "Engine iteration timed out", r"^\s*Engine iteration timed out", ENGINE_DEAD, fatal="specific"),
     _sig(EventKind.FAILURE, "died.", r"Engine process \(pid \d+\) died\.", ENGINE_DEAD, fatal="specific"),
     _sig(EventKind.FAILURE, "MQLLMEngine is already dead", r"^\s*MQLLMEngine is already dead", ENGINE_DEAD, fatal="specific"),
+    # V0's async engine: its loop's task ended; the traceback this heads (exc_info) ends in what it died of.
+    _sig(EventKind.FAILURE, "background task failed", r"^\s*Engine background task failed", ENGINE_DEAD,
+         fatal="specific"),
     _sig(EventKind.FAILURE, "NCCL", r"ProcessGroupNCCL\S* .*watchdog thread terminated with exception", ENGINE_DEAD,
          fatal="specific"),
     # torch's NCCL watchdog: a collective (an all-gather, an all-reduce) never completed within its timeout. A rank
@@ -350,6 +353,10 @@ SIGNATURES: tuple[Signature, ...] = (
     # Before READY no flag is known to undo it (unknown: one retry, then the line); once vLLM served, the engine died
     # (launcher.vllm.diagnose). The shell's and Python's words stand alone on their line; Ray's carry its prefix.
     _sig(EventKind.FAILURE, "Fatal Python error", r"^\s*Fatal Python error: \w", UNKNOWN, fatal="specific"),
+    # glibc's heap check, printed just before the SIGABRT it raises: the first words of the crash, and its cause.
+    _sig(EventKind.FAILURE, "(): ", r"^\s*(?:free|malloc|munmap_chunk)\(\): (?:double free|invalid|corrupted)",
+         UNKNOWN, fatal="specific"),
+    _sig(EventKind.FAILURE, "double free or corruption", r"^\s*double free or corruption \(", UNKNOWN, fatal="specific"),
     _sig(EventKind.FAILURE, "*** SIG", r"\*\*\* SIG(?:SEGV|ABRT|BUS|ILL|FPE) received at time=\d", UNKNOWN, fatal="specific"),
     _sig(EventKind.FAILURE, "core dumped", r"^\s*(?:\S.{0,120}\s)?(?:Segmentation fault|Aborted|Bus error|Illegal "
          r"instruction|Floating point exception)\s+\(core dumped\)", UNKNOWN, fatal="specific"),

@@ -272,3 +272,33 @@ def test_a_death_line_that_heads_its_traceback_is_named_by_the_exception_below_i
                         "ERROR 05-09 03:01:59 [core.py:402] Traceback (most recent call last):",
                         "ERROR 05-09 03:01:59 [core.py:402] ModuleNotFoundError: No module named 'cupy'"])
     assert (d.cls, d.root_cause) == ("engine_dead", "ModuleNotFoundError: No module named 'cupy'")
+
+
+def test_v0s_background_task_failure_is_named_by_the_exception_that_ends_its_traceback() -> None:
+    """V0's async engine logs "Engine background task failed" with the exception's traceback under it (exc_info):
+    once it served, its engine is dead of that exception."""
+    d = diagnose_lines([*_SERVED, "ERROR 06-25 14:27:21 async_llm_engine.py:52] Engine background task failed",
+                        "ERROR 06-25 14:27:21 async_llm_engine.py:52] Traceback (most recent call last):",
+                        'ERROR 06-25 14:27:21 async_llm_engine.py:52]   File "/x/sampling_metadata.py", line 208, in f',
+                        "ERROR 06-25 14:27:21 async_llm_engine.py:52] AttributeError: 'NoneType' object has no "
+                        "attribute 'seed'"])
+    assert (d.cls, d.root_cause) == ("engine_dead", "AttributeError: 'NoneType' object has no attribute 'seed'")
+
+
+_RANK = "(RayWorkerWrapper pid=336, ip=10.9.4.1) "
+
+
+def test_a_native_crash_inside_nccls_communicator_set_up_is_distributed_init() -> None:
+    """glibc's heap check names the crash (its first words, before the SIGABRT); faulthandler's stack, most recent
+    call first, puts it in ncclCommInitRank: the group never formed. Elsewhere the same crash stays unknown."""
+    crash = [f"{_RANK}free(): double free detected in tcache 2", f"{_RANK}*** SIGABRT received at time=1743139179 ***",
+             f"{_RANK}Fatal Python error: Aborted", f"{_RANK}Stack (most recent call first):"]
+    nccl = diagnose_lines([*crash, f'{_RANK}  File "/v/distributed/device_communicators/pynccl_wrapper.py", line 277 '
+                                   "in ncclCommInitRank"])
+    assert (nccl.cls, nccl.root_cause) == ("distributed_init", "free(): double free detected in tcache 2")
+    other = diagnose_lines([*crash, f'{_RANK}  File "/v/model_executor/layers/linear.py", line 9 in forward'])
+    assert (other.cls, other.root_cause) == ("unknown", "free(): double free detected in tcache 2")
+    # Another rank's frame says nothing of this one's crash.
+    elsewhere = diagnose_lines([*crash, '(RayWorkerWrapper pid=337, ip=10.9.4.1)   File "/v/pynccl_wrapper.py", '
+                                        "line 277 in ncclCommInitRank"])
+    assert elsewhere.cls == "unknown"
