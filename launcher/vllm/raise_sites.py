@@ -243,16 +243,19 @@ def _verdict(row: dict[str, Any], how: str) -> Verdict:
 def _templates() -> tuple[_Template, ...]:
     templates = []
     for row in _rows():
-        text = " ".join(str(row["message"]).split())
-        parts = _PLACEHOLDER.split(text)
-        literal = sum(len(part) for part in parts)
-        exact = len(parts) == 1  # no placeholder: the whole message, however short ("Unsupported OS")
-        if literal < _MIN_LITERAL and not exact:
-            continue  # too vague to name one message (`{e}`, `Invalid {x}`)
-        body = r"(?:.{0,400}?)".join(r"\s+".join(map(re.escape, part.split(" "))) for part in parts)
-        body += r"\s*\Z" if exact and literal < _MIN_LITERAL else ""
+        message = str(row["message"])
         types = frozenset(kind.removeprefix("raise ") for kind in row.get("kinds", []) if kind.startswith("raise "))
-        templates.append(_Template(re.compile(body), literal, types, _verdict(row, "message")))
+        # A message of several lines is logged as several lines: the exception line holds only its first.
+        first = message.strip().split("\n", 1)[0]
+        for raw, whole in ((message, True), *(((first, False),) if first != message.strip() else ())):
+            parts = _PLACEHOLDER.split(" ".join(raw.split()))
+            literal = sum(len(part) for part in parts)
+            exact = len(parts) == 1  # no placeholder: the whole message, however short ("Unsupported OS")
+            if literal < _MIN_LITERAL and not exact:
+                continue  # too vague to name one message (`{e}`, `Invalid {x}`)
+            body = r"(?:.{0,400}?)".join(r"\s+".join(map(re.escape, part.split(" "))) for part in parts)
+            body += r"\s*\Z" if (exact and literal < _MIN_LITERAL) or not whole else ""
+            templates.append(_Template(re.compile(body), literal, types, _verdict(row, "message")))
     return tuple(templates)
 
 
