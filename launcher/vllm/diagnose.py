@@ -330,7 +330,9 @@ class Diagnoser:
                              warnings, self.confirmed or "accused")
         if self.generic is not None:
             cause = self.last_exception or self.generic
-            if self.generic.failure == ENGINE_DEAD:
+            # `LLM(...)` in a script: its engine said it was ready, then failed running the script's requests.
+            ran = not self.api_server and 0 < self.engine_ready_line < (self.generic_line or 0)
+            if self.generic.failure == ENGINE_DEAD or ran:
                 return Diagnosis(ENGINE_DEAD, None, cause.message, numbers, state, self.generic_line, warnings,
                                  "engine_start_failed")
             return self._raised(cause, numbers, state, self.generic_line, warnings, "engine_start_failed")

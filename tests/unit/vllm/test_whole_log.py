@@ -302,3 +302,18 @@ def test_a_native_crash_inside_nccls_communicator_set_up_is_distributed_init() -
     elsewhere = diagnose_lines([*crash, '(RayWorkerWrapper pid=337, ip=10.9.4.1)   File "/v/pynccl_wrapper.py", '
                                         "line 277 in ncclCommInitRank"])
     assert elsewhere.cls == "unknown"
+
+
+def test_an_offline_engine_that_fails_after_it_said_it_was_ready_is_an_engine_death() -> None:
+    """`LLM(...)` in a script prints no API server: "init engine … took N seconds" is its start-up's end, and the
+    engine core's own failure after it ("EngineCore hit an exception") is the engine dying on the script's requests.
+    Before that line, the same failure is a start-up's."""
+    ready = "INFO 04-15 08:11:37 [core.py:163] init engine (profile, create kv cache, warmup model) took 47.57 seconds"
+    failed = ["ERROR 04-15 08:11:37 [core.py:387] EngineCore hit an exception: Traceback (most recent call last):",
+              'ERROR 04-15 08:11:37 [core.py:387]   File "/v/vllm/v1/worker/gpu_model_runner.py", line 9, in execute',
+              "ERROR 04-15 08:11:37 [core.py:387] RuntimeError: The expanded size of the tensor (58) must match",
+              "CRITICAL 04-15 08:11:37 [core_client.py:359] Got fatal signal from worker processes, shutting down. "
+              "See stack trace above for root cause issue."]
+    after = diagnose_lines([ready, *failed])
+    assert (after.cls, after.root_cause) == ("engine_dead", "RuntimeError: The expanded size of the tensor (58) must match")
+    assert diagnose_lines(failed).cls == "unknown"
