@@ -370,9 +370,9 @@ class Diagnoser:
         cached = self.numbers.get("compile_cache") == "hit" and self.tracebacks.through_cache(cause.proc)
         verdict = raise_sites.judge(cause.message, module, from_cache=cached)
         if verdict is None or verdict.cls == UNKNOWN:
-            return Diagnosis(UNKNOWN, None, cause.message, numbers, state, line, warnings, evidence)
+            return Diagnosis(UNKNOWN, None, self.tracebacks.why(cause.message), numbers, state, line, warnings, evidence)
         numbers = {**(verdict.numbers or {}), **numbers}  # what the message states, where the log said nothing else
-        return Diagnosis(verdict.cls, verdict.reason, cause.message, numbers, state, line, warnings,
+        return Diagnosis(verdict.cls, verdict.reason, self.tracebacks.why(cause.message), numbers, state, line, warnings,
                          f"{evidence}, raise site by {verdict.how}")
 
 

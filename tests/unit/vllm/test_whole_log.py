@@ -317,3 +317,19 @@ def test_an_offline_engine_that_fails_after_it_said_it_was_ready_is_an_engine_de
     after = diagnose_lines([ready, *failed])
     assert (after.cls, after.root_cause) == ("engine_dead", "RuntimeError: The expanded size of the tensor (58) must match")
     assert diagnose_lines(failed).cls == "unknown"
+
+
+def test_a_failed_compiler_is_named_by_the_diagnostic_it_printed() -> None:
+    """Inductor's CalledProcessError and Triton's "PassManager::run failed" say only that a compiler failed; gcc's
+    `fatal error:` or the C++ assertion it printed above (however far: the traceback comes between) says why.
+    An exception that says why itself keeps its own words."""
+    gcc = "/usr/include/stdlib.h:31:10: fatal error: stddef.h: No such file or directory"
+    raised = ("torch._inductor.exc.InductorError: CalledProcessError: Command '['/usr/bin/gcc', '/tmp/t/main.c']' "
+              "returned non-zero exit status 1.")
+    frames = ["Traceback (most recent call last):", '  File "/v/torch/_inductor/compile_fx.py", line 9, in compile']
+    assert diagnose_lines(["INFO 06-14 21:52:00 [core.py:1] Initializing a V1 LLM engine (v0.9.1) with config: x",
+                           gcc, *frames * 20, raised]).root_cause == gcc
+    triton = ("python3: /project/lib/Dialect/TritonGPU/Transforms/AccelerateMatmul.cpp:42: int getMMAVersionSafe(int, "
+              "DotOp): Assertion `false && \"computeCapability not supported\"' failed.")
+    assert diagnose_lines([triton, *frames, "RuntimeError: PassManager::run failed"]).root_cause == triton
+    assert diagnose_lines([gcc, *frames, "RuntimeError: CUDA driver too old"]).root_cause == "RuntimeError: CUDA driver too old"
