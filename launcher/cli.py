@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from launcher import __version__
-from launcher.errors import EX_ARGPARSE_USAGE, EX_CONFIG, EX_INTERRUPTED, EX_OK, EXIT_CODES, LauncherError, UsageError
+from launcher.errors import EX_ARGPARSE_USAGE, EX_BROKEN_PIPE, EX_CONFIG, EX_INTERRUPTED, EX_OK, EXIT_CODES, LauncherError, UsageError
 
 if TYPE_CHECKING:
     from launcher.bench.workload import Settings
@@ -201,6 +202,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CODES[exc.outcome]
     except KeyboardInterrupt:
         return EX_INTERRUPTED
+    except BrokenPipeError:
+        # `vllm-launch diagnose LOG | head`: the reader left. Stop quietly; Python's flush at exit must not fail too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EX_BROKEN_PIPE
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

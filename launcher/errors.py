@@ -19,6 +19,7 @@ EX_ARGPARSE_USAGE = 2
 EX_TEMPFAIL = 75
 EX_CONFIG = 78
 EX_INTERRUPTED = 130  # as a shell reports a command that SIGINT ended
+EX_BROKEN_PIPE = 141  # the reader of our output went away (`… | head`): 128 + SIGPIPE, as a shell tool dies
 
 
 class Outcome(enum.Enum):

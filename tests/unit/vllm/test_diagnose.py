@@ -162,3 +162,19 @@ class TestCapturedFixtures:
         with (CAPTURED / f"{name}.log").open(encoding="utf-8") as handle:
             d = diagnose_lines(handle)
         assert (expected["class"], expected["reason"]) == (d.cls, d.reason)
+
+
+def test_a_reader_that_leaves_ends_the_command_quietly() -> None:
+    """`vllm-launch diagnose LOG | head -1`: the pipe closes before the answer is written; the command stops with
+    128 + SIGPIPE, as a shell tool does, and prints no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    child = subprocess.Popen([sys.executable, "-m", "launcher", "diagnose", str(sorted(REAL_LOGS.glob("*.log"))[0])], stdout=write_end,
+                             stderr=subprocess.PIPE, cwd=Path(__file__).resolve().parents[3])
+    os.close(write_end)
+    os.close(read_end)  # long before an interpreter has started and read a log: every write finds no reader
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 141 and b"Traceback" not in err, err.decode()
