@@ -10,7 +10,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from launcher import __version__
-from launcher.errors import EX_ARGPARSE_USAGE, EX_BROKEN_PIPE, EX_CONFIG, EX_INTERRUPTED, EX_OK, EXIT_CODES, LauncherError, UsageError
+from launcher.errors import (
+    EX_ARGPARSE_USAGE,
+    EX_BROKEN_PIPE,
+    EX_CONFIG,
+    EX_INTERRUPTED,
+    EX_OK,
+    EXIT_CODES,
+    LauncherError,
+    UsageError,
+)
 
 if TYPE_CHECKING:
     from launcher.bench.workload import Settings

@@ -172,7 +172,8 @@ def test_a_reader_that_leaves_ends_the_command_quietly() -> None:
     import sys
 
     read_end, write_end = os.pipe()
-    child = subprocess.Popen([sys.executable, "-m", "launcher", "diagnose", str(sorted(REAL_LOGS.glob("*.log"))[0])], stdout=write_end,
+    log = sorted(REAL_LOGS.glob("*.log"))[0]
+    child = subprocess.Popen([sys.executable, "-m", "launcher", "diagnose", str(log)], stdout=write_end,
                              stderr=subprocess.PIPE, cwd=Path(__file__).resolve().parents[3])
     os.close(write_end)
     os.close(read_end)  # long before an interpreter has started and read a log: every write finds no reader
