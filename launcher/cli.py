@@ -28,12 +28,6 @@ EPILOG = """exit codes: 0 clean stop · 2 usage · 75 start-up failed in a way a
 restart budget exhausted) · 78 the profile, a flag, the model or the GPU can never work as configured"""
 
 
-COMPLETION_SHELLS = ("bash", "zsh")
-# Arguments that name a file: completed as paths (shtab's own FILE, spelt out so the parser needs no shtab).
-_FILE_METAVARS = {"PROFILE", "PROFILE|URL", "LOGFILE", "FILE", "FILE.png"}
-_COMPLETE_FILES = {"bash": "_shtab_compgen_files", "zsh": "_files"}
-
-
 def _add_set(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="override a profile key, e.g. --set vllm.max-model-len=32768 (repeatable)")
@@ -147,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     completion = sub.add_parser("completion", help="the shell's completion script, printed: "
                                 "vllm-launch completion bash > /etc/bash_completion.d/vllm-launch")
-    completion.add_argument("shell", choices=COMPLETION_SHELLS)
+    completion.add_argument("shell", choices=("bash", "zsh"))
     return parser
 
 
@@ -374,24 +368,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
-    try:
-        import shtab
-    except ImportError:
-        print("vllm-launch: completion needs shtab: pip install 'vllm-launch[completion]'", file=sys.stderr)
-        return EX_ARGPARSE_USAGE
-    parser = build_parser()
-    _complete_files(parser)
-    print(shtab.complete(parser, shell=args.shell).rstrip("\n"))
-    return EX_OK
+    from launcher.completion import script
 
-
-def _complete_files(parser: argparse.ArgumentParser) -> None:
-    for action in parser._actions:
-        if action.metavar in _FILE_METAVARS:
-            action.complete = _COMPLETE_FILES  # type: ignore[attr-defined]  # shtab reads this attribute
-        if isinstance(action, argparse._SubParsersAction):
-            for child in action.choices.values():
-                _complete_files(child)
+    return script(build_parser(), args.shell)
 
 
 COMMANDS = {"plan": cmd_plan, "diagnose": cmd_diagnose, "preflight": cmd_preflight, "up": cmd_up,

@@ -18,9 +18,10 @@ from pathlib import Path
 import structlog
 
 from launcher.run.ladder import Exhausted
+from launcher.vllm.paste import COMPILE_CACHE_DIR
 
 log = structlog.get_logger("vllm_launch")
-SUBDIR = "torch_compile_cache"
+SUBDIR = COMPILE_CACHE_DIR.strip("/")  # the folder a traceback's frames name is the one moved aside
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ def stage(module: str) -> str:
     parts = module.split(".")
     if len(parts) == 1 or parts[1] in ("errors", "units", "statedir", "runstate", "procstat", "oneline", "safefile"):
         return "ground"
-    if parts[1] in ("cli", "__main__"):
+    if parts[1] in ("cli", "__main__", "completion"):
         return "cli"
     return parts[1]
 
