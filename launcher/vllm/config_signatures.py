@@ -201,6 +201,11 @@ CONFIG_SIGNATURES: tuple[Signature, ...] = (
             r"package|first|to use|for)\b)|\brequires (?P<required>(?!vllm\b)[A-Za-z][\w-]{0,63}) to be installed)",
             ConfigReason.MISSING_DEPENDENCY,
             lambda g: _package({"module": g.get("pip") or g.get("quoted") or g.get("named") or g.get("required")})),
+    # A package's own check that its companion package is the same release (`flashinfer-cubin version (0.6.8)
+    # does not match flashinfer version (0.5.3)`): installing matching versions fixes it, the first one named.
+    _config("does not match", r"^\s*(?:[\w.]+(?:Error|Exception): )(?P<module>(?!vllm\b)[A-Za-z][\w.-]{0,63}) version "
+            r"\(?[\w.+-]{1,64}\)? does not match (?:the )?[A-Za-z][\w.-]{0,63} version", ConfigReason.MISSING_DEPENDENCY,
+            _package),
     # A kernel compiled at start-up (FlashInfer's sampler, DeepGEMM) needs the CUDA toolkit's compiler.
     _config("Could not find nvcc", r"Could not find nvcc", ConfigReason.MISSING_DEPENDENCY, lambda g: {"package": "nvcc"}),
     # Triton builds its driver module with the host's C compiler on the first kernel launch (triton/runtime/build.py).

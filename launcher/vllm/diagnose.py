@@ -309,8 +309,11 @@ class Diagnoser:
                                                        reason=event.reason or self.failure.reason)
                     self.only_cause, self.failure_line = False, self.lines
         else:
-            if self.generic is None:
-                self.generic, self.generic_line = event, self.lines
+            if not self.completed and self.failure is not None and self.failure.message.startswith(paste.GENERIC_DEATHS):
+                self.failure = self.failure_line = self.confirmed = None  # it said only that; vLLM now says why
+            if self.generic is None or (self.generic.proc == event.proc and EXCEPTION_LINE.match(event.message)
+                                        and not EXCEPTION_LINE.match(self.generic.message)):
+                self.generic, self.generic_line = event, self.lines  # the exception ending the traceback says more
             self.convict("engine_start_failed")  # vLLM's own word that the start-up failed
 
     def diagnosis(self) -> Diagnosis:

@@ -38,8 +38,8 @@ DEATH_CAUSE_LINES = 5
 _FLIGHT_RECORDER = re.compile(r"dump signal|dump debug info|flight recorder")
 _POINTERS = ("See stack trace", "See root cause", "root cause above", "encountered a fatal error",
              "encountered an issue", "background task failed")
-# gcc's or clang's `path:line:col: fatal error: …`; a C/C++ assert's `file:line: function: Assertion `expr' failed.`
-_NATIVE_DIAGNOSTIC = re.compile(r"\S:\d+:\d+: fatal error: \S|\S:\d+: .{0,400}Assertion `.{0,400}' failed")
+# gcc's or clang's `path:line:col: (fatal) error: …`; a C/C++ assert's `file:line: function: Assertion `expr' failed.`
+_NATIVE_DIAGNOSTIC = re.compile(r"\S:\d+:\d+: (?:fatal )?error: \S|\S:\d+: .{0,400}Assertion `.{0,400}' failed")
 _NCCL_INIT_FRAME = re.compile(r'File "[^"]*", line \d+ in ncclCommInit\w*\s*$')
 _FRAME = re.compile(r'File "[^"]*", line \d+, in (\w+)|processing method (\w+)|(torch\.cuda\.graph\()')
 # vLLM's torch.compile cache (VLLM_CACHE_ROOT/torch_compile_cache, the folder run/compilecache.py moves aside): a
@@ -93,15 +93,15 @@ class Tracebacks:
         self.modules: dict[str | None, str] = {}
         self.hints: deque[tuple[int, str]] = deque(maxlen=256)  # (line number, frame or method name)
         self.cached: dict[str | None, bool] = {}  # process prefix → its traceback ran code from the compile cache
-        self.native: str | None = None  # the last compiler or C/C++ assertion diagnostic printed
+        self.native: str | None = None  # the first compiler or C/C++ assertion diagnostic printed
 
     def read(self, line: str, number: int) -> None:
         """A line that may be a frame, a method vLLM names while it profiles, a traceback's header, or a native
         tool's own diagnostic (gcc's `fatal error:`, a C++ `Assertion … failed.`)."""
         if len(line) >= _MAX_LINE:
             return
-        if ("fatal error: " in line or "Assertion `" in line) and _NATIVE_DIAGNOSTIC.search(line):
-            self.native = normalize(line)[2].strip()
+        if self.native is None and ("error: " in line or "Assertion `" in line) and _NATIVE_DIAGNOSTIC.search(line):
+            self.native = normalize(line)[2].strip()  # a compiler's first error is its cause; the rest follow from it
         if "File \"" in line or "processing method" in line or "cuda.graph(" in line:
             found = _FRAME.search(line)
             if found:
@@ -122,9 +122,10 @@ class Tracebacks:
 
     def why(self, message: str) -> str:
         """The root cause of a final exception: itself, or, where it says only that a compiler or a compiler pass
-        failed (`CalledProcessError: Command '[gcc …]' returned non-zero exit status 1`, `PassManager::run failed`),
-        the diagnostic that tool printed above it, which says why."""
-        if self.native is not None and ("returned non-zero exit status" in message or "PassManager::run failed" in message):
+        failed (`CalledProcessError: Command '[gcc …]' returned non-zero exit status 1`, `PassManager::run failed`,
+        `Failed to compile …`), the first diagnostic that tool printed (above it, or in the message's next lines)."""
+        if self.native is not None and ("returned non-zero exit status" in message or "PassManager::run failed" in message
+                                        or "Failed to compile" in message):
             return self.native
         return message
 

@@ -333,3 +333,36 @@ def test_a_failed_compiler_is_named_by_the_diagnostic_it_printed() -> None:
               "DotOp): Assertion `false && \"computeCapability not supported\"' failed.")
     assert diagnose_lines([triton, *frames, "RuntimeError: PassManager::run failed"]).root_cause == triton
     assert diagnose_lines([gcc, *frames, "RuntimeError: CUDA driver too old"]).root_cause == "RuntimeError: CUDA driver too old"
+
+
+_CORE = "(EngineCore_DP0 pid=5) "
+
+
+def test_a_start_up_failure_is_named_by_the_exception_ending_the_traceback_its_failure_line_heads() -> None:
+    """"EngineCore failed to start." heads a traceback whose final exception, generic too, says more: a worker failed
+    in its initialization. A worker's death while starting says only that it died: vLLM's word that the start-up
+    failed, and its exception, are judged instead (here a compiler's first error)."""
+    d = diagnose_lines([f"{_CORE}ERROR 03-23 22:46:30 [core.py:1108] EngineCore failed to start.",
+                        f"{_CORE}ERROR 03-23 22:46:30 [core.py:1108] Traceback (most recent call last):",
+                        f"{_CORE}ERROR 03-23 22:46:30 [core.py:1108] Exception: WorkerProc initialization failed due to "
+                        "an exception in a background process. See stack trace for root cause."])
+    assert d.root_cause is not None and d.root_cause.startswith("Exception: WorkerProc initialization failed")
+    compiled = diagnose_lines([
+        f"{_CORE}ERROR 01-26 10:28:26 [multiproc_executor.py:231] Worker proc VllmWorker-0 died unexpectedly, "
+        "shutting down executor.",
+        f"{_CORE}Traceback (most recent call last):",
+        f"{_CORE}RuntimeError: Worker failed with error 'NPUModelRunner init failed, error is Failed to compile "
+        "/tmp/t/launcher.cxx, error: In file included from <built-in>:1:",
+        f"{_CORE}/x/AclOpCompileInterface.h:146:55: error: use of undeclared identifier 'aclOpExecutor'",
+        f"{_CORE}/x/AclOpCompileInterface.h:146:70: error: use of undeclared identifier 'executor'",
+        "(APIServer pid=4) RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"])
+    assert (compiled.cls, compiled.root_cause) == (
+        "unknown", "/x/AclOpCompileInterface.h:146:55: error: use of undeclared identifier 'aclOpExecutor'")
+
+
+def test_a_package_whose_companion_is_another_release_names_the_package_to_install() -> None:
+    d = diagnose_lines([f"{_CORE}Traceback (most recent call last):",
+                        f'{_CORE}  File "/v/site-packages/flashinfer/jit/env.py", line 76, in _get_cubin_dir',
+                        f"{_CORE}RuntimeError: flashinfer-cubin version (0.6.8.post1) does not match flashinfer version "
+                        "(0.5.3). Please install the same version of both packages."])
+    assert (d.cls, d.reason, d.numbers.get("package")) == ("config", "missing_dependency", "flashinfer-cubin")
