@@ -65,8 +65,7 @@ _FAILURE_WORDS = (
     "Cannot access gated", "Access to model", "Free memory on device", "CUDA out of memory", "HIP out of memory",
     "NPU out of memory", "Engine iteration timed out", "MQLLMEngine is already dead", "Engine process (pid",
     "Worker proc", "Engine core proc", "library but it was not found", "core dumped", "*** SIG", "Memory access fault by GPU",
-    "exceeds the total number of available GPUs", "Watchdog caught", "free(): ", "malloc(): ", "munmap_chunk(): ",
-    "double free or corruption")
+    "exceeds the total number of available GPUs", "Watchdog caught")
 _FAILURE_GATE = re.compile(r"# \w+ blocks: 0,|" + "|".join(map(re.escape, _FAILURE_WORDS)))
 _QUIET_WORDS = (
     "KV cache size:", "KV cache memory", "KV Cache is", "KV cache on node", "KV cache is needed", "Maximum concurrency",

@@ -16,13 +16,14 @@ from typing import Protocol
 
 from launcher.vllm import paste
 from launcher.vllm.signature_kit import ENGINE_DEAD, EXCEPTION_LINE
-from launcher.vllm.signatures import LogEvent
+from launcher.vllm.signatures import LogEvent, is_native_crash
 
 
 class Fold(Protocol):
     """What of the fold (diagnose.Diagnoser) naming a death reads and keeps."""
 
     lines: int
+    previous: str  # the line before the one being read
     completed: bool
     completed_line: int
     worker_failed_line: int
@@ -37,7 +38,11 @@ class Fold(Protocol):
 
 def named(fold: Fold, event: LogEvent) -> LogEvent | None:
     """The failure event, an engine death's message replaced by its cause where the log shows it; None: a death to
-    ignore (the executor stopping its workers after vLLM said the start-up failed: its cause is above)."""
+    ignore (the executor stopping its workers after vLLM said the start-up failed: its cause is above). A native
+    crash just after glibc's heap check is named by that check's words."""
+    if fold.failure is None and is_native_crash(event):
+        abort = paste.heap_abort(fold.previous)
+        event = dataclasses.replace(event, message=abort) if abort is not None else event
     if fold.completed:
         if event.failure != ENGINE_DEAD:
             if EXCEPTION_LINE.match(event.message):  # a start-up class's exception under a serving engine

@@ -92,7 +92,7 @@ class Diagnoser:
         self.only_cause = False  # the standing failure is the cause of an exception chained after it
         self.error_text: tuple[str, int] | None = None  # the latest error line a process printed, and its number
         self.last_acquitted: tuple[LogEvent, int | None, str | None] | None = None  # with its line and phase
-        self.line = ""  # the line being read: its pipeline stage (`[Stage-1]`) is read off it when it matters
+        self.line = self.previous = ""  # the line being read (its pipeline stage, `[Stage-1]`), and the one before
         self.failure_stage: str | None = None
         self.wrapped = paste.Wrapped()  # the failure or exception a wrapped next line may continue
         self.joined = False  # this rank is part of an assembled group: its place in the world, or it loads
@@ -147,7 +147,7 @@ class Diagnoser:
 
     def feed(self, line: str) -> LogEvent | None:
         self.lines += 1
-        self.line = line
+        self.previous, self.line = self.line, line
         if self.wrapped.event is not None:  # a message the lines after it may continue
             joined = self.wrapped.take(line, self.lines)
             if joined is not None:

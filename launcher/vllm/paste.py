@@ -40,6 +40,8 @@ _POINTERS = ("See stack trace", "See root cause", "root cause above", "encounter
              "encountered an issue", "background task failed")
 # gcc's or clang's `path:line:col: (fatal) error: …`; a C/C++ assert's `file:line: function: Assertion `expr' failed.`
 _NATIVE_DIAGNOSTIC = re.compile(r"\S:\d+:\d+: (?:fatal )?error: \S|\S:\d+: .{0,400}Assertion `.{0,400}' failed")
+_HEAP_ABORT = re.compile(r"(?:free|malloc|realloc|munmap_chunk)\(\): (?:double free|invalid|corrupted)"
+                         r"|double free or corruption \(")
 _NCCL_INIT_FRAME = re.compile(r'File "[^"]*", line \d+ in ncclCommInit\w*\s*$')
 _FRAME = re.compile(r'File "[^"]*", line \d+, in (\w+)|processing method (\w+)|(torch\.cuda\.graph\()')
 # vLLM's torch.compile cache (VLLM_CACHE_ROOT/torch_compile_cache, the folder run/compilecache.py moves aside): a
@@ -259,6 +261,15 @@ def points_elsewhere(message: str) -> bool:
     """A line that says something failed and points at the cause elsewhere ("See stack trace (above) for the root
     cause", "EngineCore encountered a fatal error."): never the root cause itself when the cause is in the log."""
     return any(words in message for words in _POINTERS)
+
+
+def heap_abort(line: str) -> str | None:
+    """glibc's heap check, printed on the line before the SIGABRT it raises (`free(): double free detected in tcache
+    2`, `double free or corruption (out)`): the crash's first words, and its cause; None for any other line."""
+    if "(): " not in line and "double free" not in line:
+        return None
+    message = normalize(line[:_MAX_LINE])[2].strip()
+    return message if _HEAP_ABORT.match(message) else None
 
 
 def in_nccl_init(line: str) -> bool:

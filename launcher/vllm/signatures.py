@@ -353,10 +353,6 @@ SIGNATURES: tuple[Signature, ...] = (
     # Before READY no flag is known to undo it (unknown: one retry, then the line); once vLLM served, the engine died
     # (launcher.vllm.diagnose). The shell's and Python's words stand alone on their line; Ray's carry its prefix.
     _sig(EventKind.FAILURE, "Fatal Python error", r"^\s*Fatal Python error: \w", UNKNOWN, fatal="specific"),
-    # glibc's heap check, printed just before the SIGABRT it raises: the first words of the crash, and its cause.
-    _sig(EventKind.FAILURE, "(): ", r"^\s*(?:free|malloc|munmap_chunk)\(\): (?:double free|invalid|corrupted)",
-         UNKNOWN, fatal="specific"),
-    _sig(EventKind.FAILURE, "double free or corruption", r"^\s*double free or corruption \(", UNKNOWN, fatal="specific"),
     _sig(EventKind.FAILURE, "*** SIG", r"\*\*\* SIG(?:SEGV|ABRT|BUS|ILL|FPE) received at time=\d", UNKNOWN, fatal="specific"),
     _sig(EventKind.FAILURE, "core dumped", r"^\s*(?:\S.{0,120}\s)?(?:Segmentation fault|Aborted|Bus error|Illegal "
          r"instruction|Floating point exception)\s+\(core dumped\)", UNKNOWN, fatal="specific"),
