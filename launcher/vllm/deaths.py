@@ -7,6 +7,8 @@
   trace above"): the exception printed just before it. It decides at once: no start-up is left whose root cause
   could still come.
 - "EngineCore encountered a fatal error." heads the traceback whose final exception says of what.
+- A group that never formed because a rank died first: torch's store timing out on its clients is named by the
+  exception that rank raised.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Protocol
 
-from launcher.vllm import paste
-from launcher.vllm.signature_kit import ENGINE_DEAD, EXCEPTION_LINE
+from launcher.vllm import paste, raise_sites
+from launcher.vllm.signature_kit import DISTRIBUTED_INIT, ENGINE_DEAD, EXCEPTION_LINE, UNKNOWN
 from launcher.vllm.signatures import LogEvent, is_native_crash
 
 
@@ -33,6 +35,7 @@ class Fold(Protocol):
     error_text: tuple[str, int] | None
     last_exception: LogEvent | None
     last_exception_line: int
+    last_exception_module: str | None
     raised_serving: tuple[LogEvent, int] | None
 
 
@@ -53,6 +56,8 @@ def named(fold: Fold, event: LogEvent) -> LogEvent | None:
             cause = fold.raised_serving
             if cause is not None and fold.lines - cause[1] <= paste.DEATH_CAUSE_LINES:
                 return dataclasses.replace(event, message=cause[0].message)
+    if event.failure == DISTRIBUTED_INIT and not fold.completed and "clients joined" in event.message:
+        return _waited_on(fold, event)
     if event.failure != ENGINE_DEAD or not event.message.startswith(paste.GENERIC_DEATHS):
         return event
     if not fold.completed and fold.generic is not None:
@@ -64,6 +69,18 @@ def named(fold: Fold, event: LogEvent) -> LogEvent | None:
             and fold.last_exception_line > min(fold.completed_line, fold.worker_failed_line or fold.lines):
         return dataclasses.replace(event, message=last.message)
     return event
+
+
+def _waited_on(fold: Fold, event: LogEvent) -> LogEvent:
+    """torch's store timed out waiting for its clients (`DistStoreError: … 1/8 clients joined`): where another
+    process (a worker rank) raised before it, that client never came, and its exception is the failure, judged by
+    its raise site; the network is not in question."""
+    last = fold.last_exception
+    if last is None or last.proc is None or last.proc == event.proc:
+        return event
+    verdict = raise_sites.judge(last.message, fold.last_exception_module)
+    cls, reason = (verdict.cls, verdict.reason) if verdict is not None else (UNKNOWN, None)
+    return dataclasses.replace(event, message=last.message, failure=cls, reason=reason)
 
 
 def exception_seen(fold: Fold, event: LogEvent) -> None:

@@ -366,3 +366,18 @@ def test_a_package_whose_companion_is_another_release_names_the_package_to_insta
                         f"{_CORE}RuntimeError: flashinfer-cubin version (0.6.8.post1) does not match flashinfer version "
                         "(0.5.3). Please install the same version of both packages."])
     assert (d.cls, d.reason, d.numbers.get("package")) == ("config", "missing_dependency", "flashinfer-cubin")
+
+
+def test_a_store_that_timed_out_on_its_clients_is_named_by_the_rank_that_died_first() -> None:
+    """torch's store waits for every rank; a rank that raised first never comes: its exception, judged by its raise
+    site, is the failure, not the network (distributed_init). With no rank's exception before it, the timeout
+    stands."""
+    timeout = "torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. 1/8 clients joined."
+    worker = ("(VllmWorkerProcess pid=305) ERROR 01-19 03:55:24 multiproc_worker_utils.py:233] RuntimeError: Cannot "
+              "re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must use the 'spawn' "
+              "start method")
+    d = diagnose_lines([worker, "(VllmWorkerProcess pid=305) ERROR 01-19 03:55:24 multiproc_worker_utils.py:233] ",
+                        "INFO 01-19 04:05:25 multiproc_worker_utils.py:124] Killing local vLLM worker processes",
+                        "Traceback (most recent call last):", timeout])
+    assert (d.cls, d.root_cause) == ("unknown", worker.split("] ", 1)[1])
+    assert diagnose_lines(["Traceback (most recent call last):", timeout]).cls == "distributed_init"
