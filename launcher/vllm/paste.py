@@ -280,7 +280,7 @@ def in_nccl_init(line: str) -> bool:
 
 def same_process(line: str, event: LogEvent) -> bool:
     """The line's prefix names the event's process (its name, and its PID where the event has one)."""
-    return normalize(line)[0] == event.proc and (event.pid is None or f"pid={event.pid}" in line[:256])
+    return _process(line) == event.proc and (event.pid is None or f"pid={event.pid}" in line[:256])
 
 
 def points_above(message: str) -> bool:
