@@ -59,7 +59,8 @@ _QUIET_SIGNATURES = tuple(sig for sig in SIGNATURES if sig.kind != EventKind.FAI
 # - A capacity, progress or readiness line holds one of the quiet words.
 # tests/unit/vllm/test_classify.py checks, on every real and test line, that the gates change nothing:
 # classify() gives what trying every signature on every line gives.
-_TROUBLE = ("rror", "RROR", "RITICAL", "xception", "failed", "unexpectedly", "fatal", "Reason:", "Interrupt")
+# `.exc.`: the exceptions module of torch._dynamo (`torch._dynamo.exc.BackendCompilerFailed`), whose types hold no other.
+_TROUBLE = ("rror", "RROR", "RITICAL", "xception", "failed", "unexpectedly", "fatal", "Reason:", "Interrupt", ".exc.")
 _FAILURE_WORDS = (
     "KV cache memory: -", "KV Cache is -", "GPU blocks: 0,", "The model's max seq len", "To serve at least",
     "Cannot access gated", "Access to model", "Free memory on device", "CUDA out of memory", "HIP out of memory",

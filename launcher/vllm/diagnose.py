@@ -26,7 +26,7 @@ from launcher.vllm import deaths, paste, raise_sites, signatures
 from launcher.vllm.classify import normalize, read_line
 from launcher.vllm.diagnosis import Diagnosis, reported_numbers
 from launcher.vllm.phases import PhaseClock, line_time, timed
-from launcher.vllm.signature_kit import EXCEPTION_LINE, PYDANTIC
+from launcher.vllm.signature_kit import EXCEPTION_LINE, PYDANTIC, PYDANTIC_ASSERTION
 from launcher.vllm.signatures import (
     DISTRIBUTED_INIT,
     ENGINE_DEAD,
@@ -157,7 +157,7 @@ class Diagnoser:
         event, words = read_line(line)
         if words or len(line) > 4096:
             self._traceback_words(line)
-            if event is None and PYDANTIC in line and not self.completed:
+            if event is None and (PYDANTIC in line or PYDANTIC_ASSERTION in line) and not self.completed:
                 event = paste.validation_error(line)
                 if event is not None:
                     self.tracebacks.raised_in(event.proc, paste.PYDANTIC_MODULE)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.vllm.classify import TRACEBACK_WORDS, classify, is_client_text, normalize
-from launcher.vllm.signature_kit import EXCEPTION_LINE, PYDANTIC
+from launcher.vllm.signature_kit import EXCEPTION_LINE, PYDANTIC, PYDANTIC_ASSERTION
 from launcher.vllm.signatures import EventKind, LogEvent
 
 TRACEBACK = TRACEBACK_WORDS[3]  # "Traceback (most recent call last)"
@@ -302,11 +302,14 @@ def error_text(line: str) -> str | None:
 
 def validation_error(line: str) -> LogEvent | None:
     """pydantic's form of a ValueError a validator of vLLM's config raised (`  Value error, Unknown attention
-    backend: 'X'. Valid options are: …  [type=value_error, …]`), as that exception's event."""
+    backend: 'X'. Valid options are: …  [type=value_error, …]`), or of an assertion it made (`  Assertion failed,
+    Maximum cudagraph size should be … [type=assertion_error, …]`), as that exception's event."""
     proc, _, message = normalize(line[:_MAX_LINE])
-    if PYDANTIC not in message or is_client_text(message):
+    form = PYDANTIC if PYDANTIC in message else PYDANTIC_ASSERTION
+    if form not in message or is_client_text(message):
         return None
-    text = message.split(PYDANTIC, 1)[1].split(" [type=value_error", 1)[0].strip()
+    text = message.split(form, 1)[1].split(" [type=", 1)[0].strip()
     if not text:
         return None
-    return LogEvent(EventKind.EXCEPTION, f"{PYDANTIC}{text}"[:1000], {"type": "ValueError"}, proc=proc)
+    kind = "ValueError" if form == PYDANTIC else "AssertionError"
+    return LogEvent(EventKind.EXCEPTION, f"{form}{text}"[:1000], {"type": kind}, proc=proc)

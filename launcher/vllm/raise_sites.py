@@ -53,6 +53,7 @@ from launcher.vllm.signature_kit import (
     DISTRIBUTED_INIT,
     EXCEPTION_LINE,
     PYDANTIC,
+    PYDANTIC_ASSERTION,
     UNKNOWN,
     FailureClass,
 )
@@ -117,8 +118,11 @@ def judge(exception: str, module: str | None = None, from_cache: bool = False) -
     `module` (a path ending in `vllm/….py`, or None); None when neither the message nor the module speaks.
     `from_cache`: the traceback ran an artifact the start-up loaded from vLLM's torch.compile cache."""
     exception = exception.strip()
+    validated = exception.startswith(PYDANTIC_ASSERTION)  # pydantic's form of an assertion its validator made
     if exception.startswith(PYDANTIC):  # pydantic's form of a ValueError its validator raised
         exception = f"ValueError: {exception.removeprefix(PYDANTIC)}"
+    elif validated:
+        exception = f"AssertionError: {exception.removeprefix(PYDANTIC_ASSERTION)}"
     found = EXCEPTION_LINE.match(exception)
     if found is None or found.group("text") is None:
         return None
@@ -161,6 +165,10 @@ def judge(exception: str, module: str | None = None, from_cache: bool = False) -
         # vLLM's flags (`Try a different backend by setting --attention-backend or disable DCP`) still says the fix.
         return Verdict(CONFIG, "bad_argument", "flag") if module is None and _flags_named(message) else None
     if kind not in REFUSALS:
+        if kind == "AssertionError" and (validated or (site.group(2) is not None and _VALIDATOR.match(site.group(2)))):
+            # An assertion is an internal check, except in a function that validates settings (`validate_block_size`:
+            # `block_size (2096) must be <= max_num_batched_tokens (2048)`): there it refuses them as set.
+            return Verdict(CONFIG, "bad_argument", "validator")
         # Any exception raised inside vLLM that tells the operator to pass or drop one of its flags (`Pass
         # --numa-bind-nodes explicitly or disable --numa-bind`) refuses the configuration as set.
         return Verdict(CONFIG, "bad_argument", "flag") if _flags_named(message) else None

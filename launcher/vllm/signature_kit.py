@@ -14,8 +14,12 @@ from types import MappingProxyType
 from typing import Any
 
 # An exception line, `[module.]TypeError: text`: the last line of a traceback (`type`, and `text` after ": ").
-EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt))(?:: (?P<text>.*))?$")
+# A final exception line: a type named as exceptions are (`…Error`, `…Exception`, `…Interrupt`), or any class of a
+# module that holds a package's exceptions (`triton.runtime.errors.OutOfResources`, `torch._dynamo.exc.Unsupported`).
+EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt)|(?:(?<=\.errors\.)|(?<=\.exc\.)"
+                            r"|(?<=\.exceptions\.))[A-Z]\w*)(?:: (?P<text>.*))?$")
 PYDANTIC = "Value error, "  # how pydantic's ValidationError shows a ValueError its validator raised
+PYDANTIC_ASSERTION = "Assertion failed, "  # and an assertion its validator made
 
 class FailureClass(enum.StrEnum):
     """What ended a start-up (diagnose JSON `class`; the ladder's key). A StrEnum: logs and JSON keep the

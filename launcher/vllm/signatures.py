@@ -152,10 +152,11 @@ SIGNATURES: tuple[Signature, ...] = (
     # so): the last one printed stands (launcher.vllm.diagnose keeps the latest max_model_len).
     _sig(EventKind.ENGINE_ARGS, "Using max model len", r"^\s*Using max model len (?P<max_model_len>\d+)\s*$",
          convert=_numbers(max_model_len="int")),
-    # The engine's dump when a step crashed (vllm/logging_utils/dump_input.py) names the version too: a number only,
-    # never a new start (an excerpt of a crash may hold no banner).
+    # The engine's dump when a step crashed (vllm/logging_utils/dump_input.py) names the version and the config it ran
+    # with, as the start-up's record does: numbers only, never a new start (an excerpt of a crash may hold no banner).
     _sig(EventKind.ENGINE_ARGS, "Dumping input data", r"^\s*Dumping input data for V[01] LLM engine \(v(?P<vllm_version>"
-         r"[^)\s]+)\)", convert=_numbers(vllm_version="str")),
+         r"[^)\s]+)\)(?: with config.*?max_seq_len=(?P<max_model_len>\d+))?",
+         convert=_numbers(vllm_version="str", max_model_len="int")),
     # The same record pasted with its config wrapped over several lines: the length stands on one of them.
     _sig(EventKind.VERSION, "max_seq_len=", r"^(?:dtype=\S{1,256},? )?max_seq_len=(?P<max_model_len>\d+),",
          convert=_numbers(max_model_len="int")),

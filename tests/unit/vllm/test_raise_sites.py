@@ -145,6 +145,23 @@ def test_raised_inside_vllm_a_validators_refusal_or_a_flag_instruction_is_bad_ar
     assert judge(numa, f"{SITE}torch/distributed/run.py:main") is None
 
 
+def test_an_assertion_refuses_settings_only_where_a_validator_or_pydantic_made_it() -> None:
+    """An AssertionError is vLLM's internal check, except in a function that validates settings, or in pydantic's
+    validation of vLLM's config (`Assertion failed, …`): those refuse the configuration as set."""
+    asserted = "AssertionError: In Mamba cache align mode, block_size (2096) must be <= max_num_batched_tokens (2048)."
+    verdict = judge(asserted, f"{SITE}vllm/config/vllm.py:validate_block_size")
+    assert verdict is not None and (verdict.cls, verdict.reason, verdict.how) == ("config", "bad_argument", "validator")
+    assert judge(asserted, f"{SITE}vllm/v1/worker/gpu_model_runner.py:_dummy_run") is None, "an internal check"
+    verdict = judge("Assertion failed, Maximum cudagraph size should be greater than or equal to 1 when using cuda "
+                    "graph.", "vllm/config/vllm.py")
+    assert verdict is not None and (verdict.cls, verdict.reason) == ("config", "bad_argument")
+    d = diagnose_lines(["pydantic_core._pydantic_core.ValidationError: 1 validation error for VllmConfig",
+                        "  Assertion failed, Maximum cudagraph size should be greater than or equal to 1 when using "
+                        "cuda graph. [type=assertion_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]"])
+    assert (d.cls, d.reason) == ("config", "bad_argument")
+    assert d.root_cause is not None and d.root_cause.startswith("Assertion failed, Maximum cudagraph size")
+
+
 @pytest.mark.parametrize("inner", [
     "Hybrid KV cache manager is disabled but failed to convert the KV cache specs to one unified type.",
     "ValueError: Hybrid KV cache manager is disabled but failed to convert the KV cache specs to one unified type.",

@@ -122,6 +122,23 @@ def test_a_line_that_points_at_the_cause_is_not_the_cause() -> None:
     assert d.root_cause == "RuntimeError: Failed to execute the model status=1006 message=Execution Out-Of-Bounds Memory Access"
 
 
+def test_an_exception_of_a_packages_errors_module_is_an_exception_whatever_its_name() -> None:
+    """Triton's `OutOfResources` and torch._dynamo's `Unsupported` are exception classes though their names do not
+    say so: the module they come from (`….errors.`, `….exc.`) does. The death a fatal-error line heads is named by it."""
+    engine = "(EngineCore pid=147) ERROR 08-10 18:12:59 [core.py:1332] "
+    lines = [f"{engine}Dumping input data for V1 LLM engine (v0.26.0) with config: model='m', dtype=torch.bfloat16, "
+             "max_seq_len=65536, download_dir=None", f"{engine}EngineCore encountered a fatal error.",
+             f"{engine}Traceback (most recent call last):", f'{engine}  File "/x/triton/compiler/compiler.py", line 448',
+             f"{engine}triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 102400, "
+             "Hardware limit: 101376."]
+    d = diagnose_lines(["(APIServer pid=1) INFO:     Application startup complete.", *lines])
+    assert d.cls == "engine_dead"
+    assert d.root_cause is not None and d.root_cause.startswith("triton.runtime.errors.OutOfResources: out of resource")
+    assert d.numbers["max_model_len"] == 65536, "the dump names the config the engine ran with"
+    assert diagnose_lines(["torch._dynamo.exc.Unsupported: generator"]).root_cause == "torch._dynamo.exc.Unsupported: generator"
+    assert diagnose_lines(["OutOfResources: out of resource"]).cls == "ok", "a bare name of no exceptions module"
+
+
 def test_a_grep_over_log_files_keeps_each_lines_process() -> None:
     """`grep -r` prefixes each line with its file (`node0.out:`, `run.log:12:`): vLLM's prefix is found behind it."""
     line = ("test_glm5.2_2152434_node0.out:(Worker pid=2437300) ERROR 08-31 06:22:53 [multiproc_executor.py:944] "
