@@ -308,6 +308,8 @@ def validation_error(line: str) -> LogEvent | None:
     form = PYDANTIC if PYDANTIC in message else PYDANTIC_ASSERTION
     if form not in message or is_client_text(message):
         return None
+    if form == PYDANTIC_ASSERTION and "[type=assertion_error" not in message:
+        return None  # the words alone are not pydantic's: a C or CUDA assertion may print them too
     text = message.split(form, 1)[1].split(" [type=", 1)[0].strip()
     if not text:
         return None

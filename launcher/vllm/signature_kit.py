@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-# An exception line, `[module.]TypeError: text`: the last line of a traceback (`type`, and `text` after ": ").
-# A final exception line: a type named as exceptions are (`…Error`, `…Exception`, `…Interrupt`), or any class of a
-# module that holds a package's exceptions (`triton.runtime.errors.OutOfResources`, `torch._dynamo.exc.Unsupported`).
+# An exception line, `[module.]TypeError: text`: the last line of a traceback (`type`, and `text` after ": "). The type
+# is named as exceptions are (`…Error`, `…Exception`, `…Interrupt`), or is any class of a module that holds a package's
+# exceptions (`triton.runtime.errors.OutOfResources`, `torch._dynamo.exc.Unsupported`).
 EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt)|(?:(?<=\.errors\.)|(?<=\.exc\.)"
                             r"|(?<=\.exceptions\.))[A-Z]\w*)(?:: (?P<text>.*))?$")
 PYDANTIC = "Value error, "  # how pydantic's ValidationError shows a ValueError its validator raised

@@ -160,6 +160,8 @@ def test_an_assertion_refuses_settings_only_where_a_validator_or_pydantic_made_i
                         "cuda graph. [type=assertion_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]"])
     assert (d.cls, d.reason) == ("config", "bad_argument")
     assert d.root_cause is not None and d.root_cause.startswith("Assertion failed, Maximum cudagraph size")
+    # The same words with no pydantic report around them are no refusal of vLLM's config.
+    assert diagnose_lines(["Assertion failed, index out of bounds"]).cls != "config"
 
 
 @pytest.mark.parametrize("inner", [
