@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.vllm.classify import TRACEBACK_WORDS, classify, is_client_text, normalize
-from launcher.vllm.signature_kit import EXCEPTION_LINE, PYDANTIC, PYDANTIC_ASSERTION
+from launcher.vllm.signature_kit import EXCEPTION_LINE, PYDANTIC_ASSERTION, PYDANTIC_FORMS
 from launcher.vllm.signatures import EventKind, LogEvent
 
 TRACEBACK = TRACEBACK_WORDS[3]  # "Traceback (most recent call last)"
@@ -305,13 +305,12 @@ def validation_error(line: str) -> LogEvent | None:
     backend: 'X'. Valid options are: …  [type=value_error, …]`), or of an assertion it made (`  Assertion failed,
     Maximum cudagraph size should be … [type=assertion_error, …]`), as that exception's event."""
     proc, _, message = normalize(line[:_MAX_LINE])
-    form = PYDANTIC if PYDANTIC in message else PYDANTIC_ASSERTION
-    if form not in message or is_client_text(message):
+    form = next((form for form in PYDANTIC_FORMS if form in message), None)
+    if form is None or is_client_text(message):
         return None
     if form == PYDANTIC_ASSERTION and "[type=assertion_error" not in message:
         return None  # the words alone are not pydantic's: a C or CUDA assertion may print them too
     text = message.split(form, 1)[1].split(" [type=", 1)[0].strip()
     if not text:
         return None
-    kind = "ValueError" if form == PYDANTIC else "AssertionError"
-    return LogEvent(EventKind.EXCEPTION, f"{form}{text}"[:1000], {"type": kind}, proc=proc)
+    return LogEvent(EventKind.EXCEPTION, f"{form}{text}"[:1000], {"type": PYDANTIC_FORMS[form]}, proc=proc)

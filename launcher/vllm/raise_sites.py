@@ -52,8 +52,7 @@ from launcher.vllm.signature_kit import (
     CONFIG,
     DISTRIBUTED_INIT,
     EXCEPTION_LINE,
-    PYDANTIC,
-    PYDANTIC_ASSERTION,
+    PYDANTIC_FORMS,
     UNKNOWN,
     FailureClass,
 )
@@ -118,11 +117,10 @@ def judge(exception: str, module: str | None = None, from_cache: bool = False) -
     `module` (a path ending in `vllm/….py`, or None); None when neither the message nor the module speaks.
     `from_cache`: the traceback ran an artifact the start-up loaded from vLLM's torch.compile cache."""
     exception = exception.strip()
-    validated = exception.startswith(PYDANTIC_ASSERTION)  # pydantic's form of an assertion its validator made
-    if exception.startswith(PYDANTIC):  # pydantic's form of a ValueError its validator raised
-        exception = f"ValueError: {exception.removeprefix(PYDANTIC)}"
-    elif validated:
-        exception = f"AssertionError: {exception.removeprefix(PYDANTIC_ASSERTION)}"
+    form = next((form for form in PYDANTIC_FORMS if exception.startswith(form)), None)
+    validated = form is not None  # pydantic's words for what its validator of vLLM's config raised
+    if form is not None:
+        exception = f"{PYDANTIC_FORMS[form]}: {exception.removeprefix(form)}"
     found = EXCEPTION_LINE.match(exception)
     if found is None or found.group("text") is None:
         return None

@@ -20,6 +20,8 @@ EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Inter
                             r"|(?<=\.exceptions\.))[A-Z]\w*)(?:: (?P<text>.*))?$")
 PYDANTIC = "Value error, "  # how pydantic's ValidationError shows a ValueError its validator raised
 PYDANTIC_ASSERTION = "Assertion failed, "  # and an assertion its validator made
+# pydantic's words for what a validator of vLLM's config raised → the exception that is
+PYDANTIC_FORMS = {PYDANTIC: "ValueError", PYDANTIC_ASSERTION: "AssertionError"}
 
 class FailureClass(enum.StrEnum):
     """What ended a start-up (diagnose JSON `class`; the ladder's key). A StrEnum: logs and JSON keep the
