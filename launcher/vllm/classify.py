@@ -61,11 +61,13 @@ _QUIET_SIGNATURES = tuple(sig for sig in SIGNATURES if sig.kind != EventKind.FAI
 # classify() gives what trying every signature on every line gives.
 # `.exc.`: the exceptions module of torch._dynamo (`torch._dynamo.exc.BackendCompilerFailed`), whose types hold no other.
 _TROUBLE = ("rror", "RROR", "RITICAL", "xception", "failed", "unexpectedly", "fatal", "Reason:", "Interrupt", ".exc.")
+# A gate word is found at its rarest character (line_gate): where vLLM always prints a longer form of a word, the form
+# with the rarer character stands here (`(core dumped`: a `(`; `torch.compile t`: an `h`, where `.compile t` had `m`).
 _FAILURE_WORDS = (
     "KV cache memory: -", "KV Cache is -", "GPU blocks: 0,", "The model's max seq len", "To serve at least",
     "Cannot access gated", "Access to model", "Free memory on device", "CUDA out of memory", "HIP out of memory",
     "NPU out of memory", "Engine iteration timed out", "MQLLMEngine is already dead", "Engine process (pid",
-    "Worker proc", "Engine core proc", "library but it was not found", "core dumped", "*** SIG", "Memory access fault by GPU",
+    "Worker proc", "Engine core proc", "library but it was not found", "(core dumped", "*** SIG", "Memory access fault by GPU",
     "exceeds the total number of available GPUs", "Watchdog caught")
 _FAILURE_GATE = re.compile(r"# \w+ blocks: 0,|" + "|".join(map(re.escape, _FAILURE_WORDS)))
 _QUIET_WORDS = (
@@ -75,7 +77,7 @@ _QUIET_WORDS = (
     "Application startup", "Shutting down", "[shutdown] API", "Uvicorn running", "Free memory", "vLLM instance",
     "GiB kv_cache_size", "GiB, kv_cache_size", "maximum model length is", "{'model", "Namespace(", "_seq_len=",
     "_gpu_blocks is", "Failed to extract", "The following fields", "-default args", " in world size",
-    "Exception in ASGI", "Directly load", ".compile t", "(profile, create", "memory broadcast", "Desired GPU",
+    "Exception in ASGI", "Directly load", "torch.compile t", "(profile, create", "memory broadcast", "Desired GPU",
     "The current --gpu", "Initial free memory", "total_hbm_limit", "total capacity of", "Processed prompts", "GiB total",
     "Using max model len", "vLLM Version", "vLLM version:")
 _QUIET_GATE = re.compile("|".join(map(re.escape, _QUIET_WORDS)))
@@ -84,7 +86,9 @@ _QUIET_GATE = re.compile("|".join(map(re.escape, _QUIET_WORDS)))
 _BLOCKS_ZERO = re.compile(r"# \w+ blocks: 0,")
 _QUIET_FAST = any_of(_QUIET_WORDS)
 # Words of a traceback that hold no gate word. Diagnoser.feed reads the lines that hold one or an error word.
-TRACEBACK_WORDS = ('File "', "processing method", "cuda.graph(", "Traceback (most recent call last)")
+# (vLLM's worker names the method it ran as "Exception in worker … while processing method X": `while` gives the word
+# a rarer character to be found by than `h`, which most lines hold.)
+TRACEBACK_WORDS = ('File "', "while processing method", "cuda.graph(", "Traceback (most recent call last)")
 # Both gates, and the traceback words, in one search: a line with none of them ends after it. A trouble word found
 # first (`lastgroup` t…) makes the line troubled; after a quiet or a traceback word, only the rest can be.
 _FIRST_GATE = any_of(_QUIET_WORDS, marked={"t": (*_TROUBLE[1:], *_FAILURE_WORDS), "b": TRACEBACK_WORDS})

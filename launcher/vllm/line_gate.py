@@ -60,45 +60,61 @@ def any_of(words: Iterable[str], marked: Mapping[str, Iterable[str]] | None = No
 
 
 _MERGED = 4096  # sets of found characters remembered by a WordIndex
+# A word whose rarest character is among this many commonest is found by `str.find`: a search that stopped at that
+# character would stop at most places of a line (measured by benchmarks/classifier.py: `o`, `l`, `c`, `u`, `.`).
+_PLAIN_RANK = 20
 
 
 class WordIndex:
     """Which of many words a line may hold, in one pass: `candidates(line)` lists, in their order, the indices of
     the words that share their rarest character with a place in the line where one of them stands. Every word
     the line holds is among them; a caller still tests each one with `in` (two words can share a character).
+
+    A word whose rarest character is still common (`error`'s `o`, `nccl`'s `c`) would stop the search at most
+    places of a line; such a word is looked for on its own, with `str.find` (a scan in C), instead.
     """
 
     def __init__(self, words: Sequence[str]) -> None:
         by_char: dict[str, list[int]] = {}
         looks: dict[str, list[str]] = {}
+        plain: list[tuple[str, int]] = []
         for index, word in enumerate(words):
             if not word:
                 raise ValueError("an empty word would match every line")
             at = rarest(word)
+            if _RANK.get(word[at], len(_COMMON)) < _PLAIN_RANK:
+                plain.append((word, index))
+                continue
             by_char.setdefault(word[at], []).append(index)
             # Zero-width around the character: the search goes on at the next one, so no place is skipped.
             behind = f"(?<={re.escape(word[:at + 1])})" if at else ""
             ahead = f"(?={re.escape(word[at + 1:])})" if at + 1 < len(word) else ""
             looks.setdefault(word[at], []).append(behind + ahead)
         self._by_char = {char: tuple(indices) for char, indices in by_char.items()}
+        self._plain = tuple(plain)
         # The candidates of the places found, by those places' characters: a log repeats a few line shapes (progress
         # bars, every rank's line), so most lines find a set already merged. Bounded: emptied when full.
-        self._merged: dict[tuple[str, ...], tuple[int, ...]] = {}
+        self._merged: dict[tuple[str | int, ...], tuple[int, ...]] = {}
         self._regex = re.compile("|".join(
             re.escape(char) if "" in group else f"{re.escape(char)}(?:{'|'.join(dict.fromkeys(group))})"
             for char, group in sorted(looks.items(), key=_commonest_first)))
 
     def candidates(self, line: str, start: int = 0) -> Sequence[int]:
         """The words that may stand in `line[start:]` (a word's characters before `start` are still read)."""
-        found = self._regex.findall(line, start)
+        found: list[str | int] = self._regex.findall(line, start) if self._by_char else []
+        for word, index in self._plain:
+            if line.find(word, start) >= 0:
+                found.append(index)
         if not found:
             return ()
         if len(found) == 1:
-            return self._by_char[found[0]]
+            first = found[0]
+            return self._by_char[first] if isinstance(first, str) else (first,)
         key = tuple(found)
         merged = self._merged.get(key)
         if merged is None:
             if len(self._merged) >= _MERGED:
                 self._merged.clear()
-            merged = self._merged[key] = tuple(sorted({index for char in set(found) for index in self._by_char[char]}))
+            merged = self._merged[key] = tuple(sorted({index for item in set(found) for index in (
+                self._by_char[item] if isinstance(item, str) else (item,))}))
         return merged

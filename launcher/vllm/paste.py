@@ -49,6 +49,8 @@ _FRAME = re.compile(r'File "[^"]*", line \d+, in (\w+)|processing method (\w+)|(
 COMPILE_CACHE_DIR = "/torch_compile_cache/"
 API_SERVER = "APIServer"  # the prefix of vLLM's API server process: `(APIServer pid=1)`
 _FRAME_PATH = re.compile(r'File "([^"]{1,512})", line \d+')
+# Both at once, for the common line (a Python frame and nothing else of _FRAME's): its path and its function.
+_FRAME_SITE = re.compile(r'File "([^"]{1,512})", line \d+(?:, in (\w+))?')
 _STAGE = re.compile(r"\[Stage-(\d{1,4})\]")
 _QUOTE_MARKS = "▎>│| "  # what a paste puts before each line of a quoted log
 _JOIN_LINES = 3  # lines after a message that may continue it
@@ -96,6 +98,7 @@ class Tracebacks:
         self.hints: deque[tuple[int, str]] = deque(maxlen=256)  # (line number, frame or method name)
         self.cached: dict[str | None, bool] = {}  # process prefix → its traceback ran code from the compile cache
         self.native: str | None = None  # the first compiler or C/C++ assertion diagnostic printed
+        self.prefixes: dict[str | None, str | None] = {}  # a frame line's text before `File "` → its process
 
     def read(self, line: str, number: int) -> None:
         """A line that may be a frame, a method vLLM names while it profiles, a traceback's header, or a native
@@ -104,23 +107,48 @@ class Tracebacks:
             return
         if self.native is None and ("error: " in line or "Assertion `" in line) and _NATIVE_DIAGNOSTIC.search(line):
             self.native = normalize(line)[2].strip()  # a compiler's first error is its cause; the rest follow from it
-        if "File \"" in line or "processing method" in line or "cuda.graph(" in line:
+        frame = line.find('File "')
+        if frame >= 0 and "processing method" not in line and "cuda.graph(" not in line:
+            site_found = _FRAME_SITE.search(line, frame)
+            if site_found is not None and site_found.start() == frame and site_found.group(2) is not None:
+                self._frame(line, number, site_found.group(2), f"{site_found.group(1)}:{site_found.group(2)}")
+                frame = -2  # read: the general reading below would find the same function and site
+        if frame != -2 and (frame >= 0 or "processing method" in line or "cuda.graph(" in line):
             found = _FRAME.search(line)
             if found:
                 self.hints.append((number, found.group(1) or found.group(2) or found.group(3)))
             path = _FRAME_PATH.search(line)
             if path is not None:
                 function = found.group(1) if found is not None else None
-                site = f"{path.group(1)}:{function}" if function else path.group(1)
-                proc = _process(line)
-                _bounded(self.modules, proc, site)
-                if COMPILE_CACHE_DIR in site:
-                    _bounded(self.cached, proc, True)
+                self._frame(line, number, None, f"{path.group(1)}:{function}" if function else path.group(1))
         if TRACEBACK in line:
             proc = normalize(line)[0]
             _bounded(self.open, proc, number)
             self.modules.pop(proc, None)  # a new traceback: the frames that follow are its own
             self.cached.pop(proc, None)
+
+    def _frame(self, line: str, number: int, function: str | None, site: str) -> None:
+        """A frame read: its function a hint (where given), its site the process's innermost frame so far."""
+        if function is not None:
+            self.hints.append((number, function))
+        proc = self._frame_process(line)
+        _bounded(self.modules, proc, site)
+        if COMPILE_CACHE_DIR in site:
+            _bounded(self.cached, proc, True)
+
+    def _frame_process(self, line: str) -> str | None:
+        """`_process(line)` for a frame line, remembered by the text before its `File "`: a traceback's frames share
+        their prefix (`(EngineCore_DP0 pid=7) ERROR 05-12 10:00:00 [core.py:12]   `), and the process is read from
+        the prefix alone (vLLM's prefixes end before a frame's text; no \\r or escape code to strip)."""
+        at = line.find('File "')
+        if at <= 0 or "\r" in line or "\x1b" in line:
+            return _process(line)
+        prefix = line[:at]
+        if prefix in self.prefixes:
+            return self.prefixes[prefix]
+        proc = normalize(line)[0]
+        _bounded(self.prefixes, prefix, proc)
+        return proc
 
     def why(self, message: str) -> str:
         """The root cause of a final exception: itself, or, where it says only that a compiler or a compiler pass

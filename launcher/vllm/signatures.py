@@ -131,7 +131,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"or `--kv-cache-memory=(?P<kv_cache_memory_full>-?\d+)",
          convert=_numbers(kv_cache_memory_fit="int", kv_cache_memory_full="int")),
     # ---- the settings vLLM started with: the calibration of a start-up needs its utilization and length
-    _sig(EventKind.ENGINE_ARGS, "args: ", r"(?:non-default args: \{|args: Namespace\()(?P<text>.*)", convert=_engine_args),
+    # (Two needles, each with a rarer character than `args: ` has: a line's needles are found by their rarest.)
+    _sig(EventKind.ENGINE_ARGS, "default args: {", r"non-default args: \{(?P<text>.*)", convert=_engine_args),
+    _sig(EventKind.ENGINE_ARGS, "args: Namespace(", r"args: Namespace\((?P<text>.*)", convert=_engine_args),
     # 0.21+: the utilization asked, restated when CUDA-graph memory is profiled inside it
     _sig(EventKind.ENGINE_ARGS, "The current --gpu-memory-utilization=",
          r"The current --gpu-memory-utilization=(?P<utilization>[\d.]+) is equivalent to", convert=_numbers(utilization="float")),
@@ -194,7 +196,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(EventKind.PROGRESS, "Download", r"(?:Downloading|Download(?:ed|ing)? \S{1,256}|Fetching \d+ files)",
          values={"phase": "download"}),
     # ---- readiness markers (informational: readiness itself is /health + /v1/models)
-    _sig(EventKind.SERVER_STARTING, "server", r"^Starting vLLM (?:API )?server(?: \d+)? on (?P<address>\S{1,256})",
+    _sig(EventKind.SERVER_STARTING, "Starting vLLM", r"^Starting vLLM (?:API )?server(?: \d+)? on (?P<address>\S{1,256})",
          convert=_numbers(address="str")),
     _sig(EventKind.SERVER_STARTING, "Uvicorn running on", r"^Uvicorn running on (?P<address>.+?)(?: \(Press CTRL\+C|$)",
          convert=_numbers(address="str")),
@@ -355,7 +357,7 @@ SIGNATURES: tuple[Signature, ...] = (
     # (launcher.vllm.diagnose). The shell's and Python's words stand alone on their line; Ray's carry its prefix.
     _sig(EventKind.FAILURE, "Fatal Python error", r"^\s*Fatal Python error: \w", UNKNOWN, fatal="specific"),
     _sig(EventKind.FAILURE, "*** SIG", r"\*\*\* SIG(?:SEGV|ABRT|BUS|ILL|FPE) received at time=\d", UNKNOWN, fatal="specific"),
-    _sig(EventKind.FAILURE, "core dumped", r"^\s*(?:\S.{0,120}\s)?(?:Segmentation fault|Aborted|Bus error|Illegal "
+    _sig(EventKind.FAILURE, "(core dumped", r"^\s*(?:\S.{0,120}\s)?(?:Segmentation fault|Aborted|Bus error|Illegal "
          r"instruction|Floating point exception)\s+\(core dumped\)", UNKNOWN, fatal="specific"),
     _sig(EventKind.FAILURE, "by GPU node-", r"^\s*(?:Memory access fault|HW Exception) by GPU node-\d", UNKNOWN,
          fatal="specific"),

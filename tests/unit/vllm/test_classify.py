@@ -117,3 +117,21 @@ class TestTotal:
         junk.write_bytes(bytes(range(256)) * 64 + b"\nGPU KV cache size: 12 tokens\n")
         with junk.open(encoding="utf-8", errors="replace") as handle:
             assert 12 == diagnose_lines(handle).numbers["kv_tokens"]
+
+
+def test_a_frame_lines_process_is_read_from_the_text_before_its_frame() -> None:
+    # The fold remembers a frame line's process by the text before `File "` (paste.Tracebacks): on every frame line of
+    # every log, that text alone names the process the whole line does.
+    from launcher.vllm import paste
+    from launcher.vllm.classify import normalize
+
+    tracebacks = paste.Tracebacks()
+    frames = 0
+    for path in LOGS:
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            at = line.find('File "')
+            if at > 0 and "\r" not in line and "\x1b" not in line:
+                frames += 1
+                assert normalize(line[:at] + 'File "x.py", line 1, in f')[0] == normalize(line)[0], (path.name, line)
+                assert tracebacks._frame_process(line) == normalize(line)[0], (path.name, line)
+    assert frames > 5_000

@@ -52,6 +52,25 @@ def test_the_index_lists_every_word_the_line_holds_in_order(words: list[str], li
     assert {index for index, word in enumerate(words) if word in line} <= set(candidates)
 
 
+@settings(max_examples=600, deadline=None)
+@given(WORDS, st.text(ALPHABET, max_size=30), st.integers(0, 30))
+def test_the_index_lists_every_word_standing_after_start(words: list[str], line: str, start: int) -> None:
+    candidates = list(WordIndex(words).candidates(line, start))
+    assert candidates == sorted(set(candidates))
+    assert {index for index, word in enumerate(words) if line.find(word, start) >= 0} <= set(candidates)
+
+
+def test_a_word_of_common_characters_is_found_without_the_search() -> None:
+    # `error`'s rarest character is `o`: a search stopping there would stop at most places of a line.
+    index = WordIndex(["rror", "in world size", "nccl"])
+    assert [word for word, _ in index._plain] == ["rror", "nccl"]
+    assert list(index.candidates("RuntimeError: nccl in world size 2")) == [0, 1, 2]
+    assert list(index.candidates("an error", 4)) == [0]
+    assert list(index.candidates("an error", 5)) == []
+    assert list(index.candidates("in world size 2")) == [1]
+    assert list(WordIndex(["rror"]).candidates("no such word")) == []
+
+
 def test_an_empty_word_is_refused() -> None:
     with pytest.raises(ValueError):
         any_of(["a", ""])

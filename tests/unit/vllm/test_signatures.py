@@ -253,7 +253,7 @@ def test_only_native_crashes_are_unknowns_that_decide_at_once() -> None:
     (a signal, Python's fatal error, the GPU runtime's fault), or a crash under a serving engine would be misread."""
     from launcher.vllm.signatures import SIGNATURES, UNKNOWN, is_native_crash
 
-    crash_needles = {"Fatal Python error", "*** SIG", "core dumped", "by GPU node-"}
+    crash_needles = {"Fatal Python error", "*** SIG", "(core dumped", "by GPU node-"}
     deciding = {sig.needle for sig in SIGNATURES if sig.failure == UNKNOWN and sig.fatal == "specific"}
     assert crash_needles == deciding
     crash = classify.classify("Fatal Python error: Segmentation fault")
