@@ -62,7 +62,8 @@ _QUIET_SIGNATURES = tuple(sig for sig in SIGNATURES if sig.kind != EventKind.FAI
 # `.exc.`: the exceptions module of torch._dynamo (`torch._dynamo.exc.BackendCompilerFailed`), whose types hold no other.
 _TROUBLE = ("rror", "RROR", "RITICAL", "xception", "failed", "unexpectedly", "fatal", "Reason:", "Interrupt", ".exc.")
 # A gate word is found at its rarest character (line_gate): where vLLM always prints a longer form of a word, the form
-# with the rarer character stands here (`(core dumped`: a `(`; `torch.compile t`: an `h`, where `.compile t` had `m`).
+# with the rarer character stands here (`(core dumped`: a `(`, where `core dumped` had an `m`; `compile takes` and
+# `compile took`: a `k`, where `.compile t` had an `m`).
 _FAILURE_WORDS = (
     "KV cache memory: -", "KV Cache is -", "GPU blocks: 0,", "The model's max seq len", "To serve at least",
     "Cannot access gated", "Access to model", "Free memory on device", "CUDA out of memory", "HIP out of memory",
@@ -77,7 +78,7 @@ _QUIET_WORDS = (
     "Application startup", "Shutting down", "[shutdown] API", "Uvicorn running", "Free memory", "vLLM instance",
     "GiB kv_cache_size", "GiB, kv_cache_size", "maximum model length is", "{'model", "Namespace(", "_seq_len=",
     "_gpu_blocks is", "Failed to extract", "The following fields", "-default args", " in world size",
-    "Exception in ASGI", "Directly load", "torch.compile t", "(profile, create", "memory broadcast", "Desired GPU",
+    "Exception in ASGI", "Directly load", "compile takes", "compile took", "(profile, create", "memory broadcast", "Desired GPU",
     "The current --gpu", "Initial free memory", "total_hbm_limit", "total capacity of", "Processed prompts", "GiB total",
     "Using max model len", "vLLM Version", "vLLM version:")
 _QUIET_GATE = re.compile("|".join(map(re.escape, _QUIET_WORDS)))
