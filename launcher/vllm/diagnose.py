@@ -221,7 +221,7 @@ class Diagnoser:
             self.errors += 1
             self.tracebacks.ends(event, self.lines)
             deaths.exception_seen(self, event)
-            if "initialization failed" not in event.message:
+            if not paste.wraps_cause(event.message, self.last_exception):
                 self.last_exception = event
                 self.last_exception_line = self.lines
                 # The innermost frame its process printed since its traceback began: the module that raised it.

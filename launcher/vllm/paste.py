@@ -54,6 +54,9 @@ _FRAME_SITE = re.compile(r'File "([^"]{1,512})", line \d+(?:, in (\w+))?')
 _STAGE = re.compile(r"\[Stage-(\d{1,4})\]")
 _QUOTE_MARKS = "▎>│| "  # what a paste puts before each line of a quoted log
 _JOIN_LINES = 3  # lines after a message that may continue it
+_INIT_POINTER = re.compile(r"(?:Engine core|WorkerProc) initialization failed")
+_QUOTED_MIN = 12  # characters of an earlier message a wrapper must quote (a word or two may recur by chance)
+_NEW_TRACEBACK = (TRACEBACK, 'File "')  # lines that begin a traceback or are its frames: no message goes on in them
 _RECORD_LINES = 40  # lines the engine's config record (a few KiB) may take, cut by a terminal at its width
 _SPAN = 400  # lines after a traceback's header in which its final exception is looked for
 _MAX_PROCESSES = 64  # processes whose open traceback and frames are remembered
@@ -230,12 +233,14 @@ class Wrapped:
         proc, level, message = normalize(line[:_MAX_LINE])
         rest = message.strip().lstrip(_QUOTE_MARKS).strip()
         window = _RECORD_LINES if event.kind == EventKind.VERSION else _JOIN_LINES
-        if proc is not None or level is not None or not rest or number - self.since > window:
-            self.event = None  # a record of its own, or too far below: the message ended
+        if proc is not None or level is not None or not rest or number - self.since > window \
+                or rest.startswith(_NEW_TRACEBACK):
+            self.event = None  # a record of its own, a traceback's first lines, or too far below: the message ended
             return None
         # An exception whose message starts on the next line (`raise RuntimeError(\'\'\'\n  An attempt …`) printed its
         # type alone: the first line that follows is its message, whatever it says.
-        bare = event.kind == EventKind.EXCEPTION and self.text.endswith(":") and EXCEPTION_LINE.match(self.text[:-1])
+        bare = event.kind == EventKind.EXCEPTION and number == self.since + 1 and self.text.endswith(":") \
+            and EXCEPTION_LINE.match(self.text[:-1])
         for text in ((f"{self.text} {rest}",) if bare else (f"{self.text}{rest}", f"{self.text} {rest}")):
             whole = classify(text)  # cut at the width, or wrapped at a word
             if whole is None or (whole.kind != EventKind.FAILURE and not (bare and whole.kind == EventKind.EXCEPTION)
@@ -289,6 +294,20 @@ def points_elsewhere(message: str) -> bool:
     """A line that says something failed and points at the cause elsewhere ("See stack trace (above) for the root
     cause", "EngineCore encountered a fatal error."): never the root cause itself when the cause is in the log."""
     return any(words in message for words in _POINTERS)
+
+
+def wraps_cause(message: str, earlier: LogEvent | None) -> bool:
+    """An exception that only re-raises the start-up's failure: vLLM's "Engine core initialization failed. See root
+    cause above", or an initialization's wrapper quoting the exception before it ("Orchestrator initialization failed:
+    <its message>").
+    A device's or a library's own failure ("CUDA driver initialization failed, you might not have a CUDA gpu") is
+    none: it is the cause."""
+    if _INIT_POINTER.search(message) is not None:
+        return True
+    if earlier is None or "initialization failed" not in message:
+        return False  # (a wrapper that says more than the start's failure, `Get GPU arch … failed "<…>"`, is a cause)
+    quoted = earlier.message.partition(": ")[2].strip()
+    return len(quoted) >= _QUOTED_MIN and quoted in message and message != earlier.message
 
 
 def heap_abort(line: str) -> str | None:

@@ -398,3 +398,25 @@ def test_a_store_that_timed_out_on_its_clients_is_named_by_the_rank_that_died_fi
                         "Traceback (most recent call last):", timeout])
     assert (d.cls, d.root_cause) == ("unknown", worker.split("] ", 1)[1])
     assert diagnose_lines(["Traceback (most recent call last):", timeout]).cls == "distributed_init"
+
+
+def test_a_devices_own_initialization_failure_is_the_root_cause_and_a_new_traceback_ends_its_message() -> None:
+    # vLLM's "EngineCore failed to start." heads the engine's traceback; the exception ending it is the cause, though
+    # its words ("CUDA driver initialization failed") sound like vLLM's pointer. The script's own traceback follows
+    # the exception's second print: a traceback's first lines continue no message.
+    engine = "(EngineCore_DP0 pid=7) ERROR 03-07 10:37:53 [core.py:1006]"
+    cause = "RuntimeError: CUDA driver initialization failed, you might not have a CUDA gpu."
+    diagnosis = diagnose_lines([
+        f"{engine} EngineCore failed to start.", f"{engine} Traceback (most recent call last):",
+        f'{engine}   File "/x/vllm/platforms/cuda.py", line 126, in set_device', f"{engine} {cause}",
+        f"(EngineCore_DP0 pid=7) {cause}", "Traceback (most recent call last):", '  File "<string>", line 6, in <module>',
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"])
+    assert (diagnosis.cls, diagnosis.root_cause) == ("unknown", cause)
+
+
+def test_an_initializations_wrapper_quoting_the_exception_before_it_is_not_the_cause() -> None:
+    inner = "RuntimeError: StageEngineCoreProc died during READY (exit code 1)"
+    diagnosis = diagnose_lines([inner, "Traceback (most recent call last):",
+                                "RuntimeError: Orchestrator initialization failed: StageEngineCoreProc died during READY"
+                                " (exit code 1)"])
+    assert diagnosis.root_cause == inner
