@@ -102,6 +102,9 @@ def _missing_dependency(cause: str | None, n: Mapping[str, Any]) -> str:
     if package == "cc":
         return (f"Triton compiles its launcher with the host's C compiler on the first kernel launch ({cause}); install "
                 "one where vLLM runs (apt install build-essential, or gcc in the image), or point CC (env:) at it")
+    if package == "vllm":
+        return (f"the Python that runs vLLM has no vllm package ({cause}); point launcher.vllm_bin at the venv or image "
+                "vLLM is installed in, or install it there: pip install vllm")
     return (f"the model needs the Python package {package}, which vLLM's environment lacks ({cause}); "
             f"install it where vLLM runs (the venv or image of launcher.vllm_bin): pip install {package}")
 

@@ -182,9 +182,12 @@ CONFIG_SIGNATURES: tuple[Signature, ...] = (
             ConfigReason.BAD_ARGUMENT),
     _config("Error: --", r"^\s*(?:\w+: )?'?Error: --[\w-]+ (?:requires|must be|has unknown)", ConfigReason.BAD_ARGUMENT),
     # ---- a Python package the model (its processor, tokenizer or remote code) imports is not installed. A
-    # traceback ends in it; vLLM's own modules (a broken build: vllm._C) are not a dependency of the model.
-    _config("No module named", r"^\s*(?:[\w.]+\.)?ModuleNotFoundError: No module named "
-            r"'(?P<module>(?!vllm\b)[\w.]{1,128})'", ConfigReason.MISSING_DEPENDENCY, _package),
+    # traceback ends in it; vLLM's own modules (a broken build: vllm._C) are not a dependency of the model, but vLLM
+    # itself missing from the Python that runs it is (`python -m vllm…` says so in one line: "Error while finding
+    # module specification for 'vllm.entrypoints.openai.api_server' (ModuleNotFoundError: No module named 'vllm')").
+    _config("No module named", r"(?:^\s*(?:[\w.]+\.)?|Error while finding module specification for '[\w.]{1,256}' \()"
+            r"ModuleNotFoundError: No module named '(?P<module>(?!vllm\.)[\w.]{1,128})'", ConfigReason.MISSING_DEPENDENCY,
+            _package),
     _config("packages that were not found in your environment", r"requires the following packages that were "
             r"not found in your environment: (?P<packages>[\w., -]{1,256}?)\. Run `pip install",
             ConfigReason.MISSING_DEPENDENCY, _package),

@@ -69,6 +69,9 @@ def diag(reason: str | None, cause: str | None = "the root cause", **numbers: An
     (diag("missing_dependency", "No module named 'timm'", package="timm"),
      "the model needs the Python package timm, which vLLM's environment lacks (No module named 'timm'); install "
      "it where vLLM runs (the venv or image of launcher.vllm_bin): pip install timm"),
+    (diag("missing_dependency", "No module named 'vllm'", package="vllm"),
+     "the Python that runs vLLM has no vllm package (No module named 'vllm'); point launcher.vllm_bin at the venv or "
+     "image vLLM is installed in, or install it there: pip install vllm"),
     (diag("missing_dependency", "RuntimeError: Failed to find C compiler.", package="cc"),
      "Triton compiles its launcher with the host's C compiler on the first kernel launch (RuntimeError: Failed to find "
      "C compiler.); install one where vLLM runs (apt install build-essential, or gcc in the image), or point CC (env:) "

@@ -80,6 +80,13 @@ def test_nccl_while_serving_is_an_engine_death() -> None:
     assert "engine_dead" == d.cls
 
 
+def test_a_python_without_vllm_is_read_from_its_one_line() -> None:
+    """`python -m vllm.entrypoints.openai.api_server` in a Python without vLLM prints runpy's one line, no traceback."""
+    d = diagnose_lines(["/srv/.venv/bin/python: Error while finding module specification for "
+                        "'vllm.entrypoints.openai.api_server' (ModuleNotFoundError: No module named 'vllm')"])
+    assert ("config", "missing_dependency", "vllm") == (d.cls, d.reason, d.numbers.get("package"))
+
+
 def test_vllms_own_module_is_not_a_model_dependency() -> None:
     """`No module named 'vllm._C'` is a broken vLLM build: no package for the profile to install."""
     d = diagnose_lines([TRACEBACK, E + "ModuleNotFoundError: No module named 'vllm._C'"])
