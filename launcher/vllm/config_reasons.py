@@ -109,6 +109,15 @@ def _missing_dependency(cause: str | None, n: Mapping[str, Any]) -> str:
             f"install it where vLLM runs (the venv or image of launcher.vllm_bin): pip install {package}")
 
 
+def _not_enough_gpus(cause: str | None, n: Mapping[str, Any]) -> str:
+    world, gpus = n.get("world_size"), n.get("gpus")
+    if world is not None and gpus is not None:
+        need = f"tensor × pipeline parallel size {world} needs more GPUs than the {gpus} visible"
+    else:  # vLLM named no numbers (a rank found no device of its index): its own words say what is missing
+        need = f"a rank found no GPU for it ({cause})"
+    return f"{need}; lower tensor-parallel-size or expose more GPUs (CUDA_VISIBLE_DEVICES)"
+
+
 def _heads_not_divisible(cause: str | None, n: Mapping[str, Any]) -> str:
     heads, tp = n.get("attention_heads"), n.get("tensor_parallel_size")
     if not isinstance(heads, int) or not isinstance(tp, int) or heads <= 0:
@@ -163,9 +172,7 @@ FIXES: Mapping[ConfigReason, Fix] = MappingProxyType({
         f"this vLLM cannot run the model's architecture ({cause}); upgrade vLLM (a newer release, or "
         "transformers for a new model type) or serve a supported model"),
     ConfigReason.MISSING_DEPENDENCY: _missing_dependency,
-    ConfigReason.NOT_ENOUGH_GPUS: lambda cause, n: (
-        f"tensor × pipeline parallel size {n.get('world_size')} needs more GPUs than the {n.get('gpus')} "
-        "visible; lower tensor-parallel-size or expose more GPUs (CUDA_VISIBLE_DEVICES)"),
+    ConfigReason.NOT_ENOUGH_GPUS: _not_enough_gpus,
     ConfigReason.PORT_IN_USE: _port_in_use,
     ConfigReason.HEADS_NOT_DIVISIBLE: _heads_not_divisible,
     ConfigReason.DTYPE_UNSUPPORTED: _dtype_unsupported,

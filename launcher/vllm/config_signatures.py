@@ -115,6 +115,12 @@ CONFIG_SIGNATURES: tuple[Signature, ...] = (
             ConfigReason.NOT_ENOUGH_GPUS),
     _config("devices visible)", r"--device-ids index \d+ is out of range for \w+=\S* \((?P<gpus>\d+) devices "
             r"visible\)", ConfigReason.NOT_ENOUGH_GPUS, _world),
+    # A rank asked its runtime for a device index past the GPUs visible to it (tensor parallel above this node's
+    # GPUs under Ray or a data-parallel backend, where vLLM's own count check does not run; CUDA_VISIBLE_DEVICES
+    # naming fewer): the final exception of the rank's traceback, or V0's worker line. (A warning that a communicator
+    # hit it on the way, and the start-up went on, is no failure: it is no exception line.)
+    _config("invalid device ordinal", r"(?:^\s*(?:[\w.]+\.)?\w*(?:Error|Exception): |while processing method \w+: )"
+            r"(?:CUDA|HIP) error: invalid device ordinal", ConfigReason.NOT_ENOUGH_GPUS),
     _config("Not enough resources to allocate", r"Not enough resources to allocate (?P<world_size>\d+) placement "
             r"groups", ConfigReason.NOT_ENOUGH_GPUS),
     _config("Cannot provide a placement group",

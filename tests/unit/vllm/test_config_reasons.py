@@ -79,6 +79,9 @@ def diag(reason: str | None, cause: str | None = "the root cause", **numbers: An
     (diag("not_enough_gpus", world_size=4, gpus=2),
      "tensor × pipeline parallel size 4 needs more GPUs than the 2 visible; lower tensor-parallel-size or expose "
      "more GPUs (CUDA_VISIBLE_DEVICES)"),
+    (diag("not_enough_gpus", "torch.AcceleratorError: HIP error: invalid device ordinal"),
+     "a rank found no GPU for it (torch.AcceleratorError: HIP error: invalid device ordinal); lower "
+     "tensor-parallel-size or expose more GPUs (CUDA_VISIBLE_DEVICES)"),
     (diag("tool_calls_as_text", "agent probe: the model wrote its tool call as text; set vllm.tool-call-parser: "
           "hermes"), "agent probe: the model wrote its tool call as text; set vllm.tool-call-parser: hermes"),
     (diag("bad_argument"), "vLLM rejects the configuration: the root cause; fix the profile"),

@@ -26,6 +26,8 @@ E = "(EngineCore_DP0 pid=7) ERROR 11-29 10:54:13 [core.py:708] "
      "connect to (172.17.0.9, 46229).", "distributed_init", None, None),
     (E + "ModuleNotFoundError: No module named 'torchvision'", "config", "missing_dependency", "torchvision"),
     (E + "ModuleNotFoundError: No module named 'cv2'", "config", "missing_dependency", "opencv-python-headless"),
+    (E + "torch.AcceleratorError: HIP error: invalid device ordinal", "config", "not_enough_gpus", None),
+    (E + "RuntimeError: CUDA error: invalid device ordinal", "config", "not_enough_gpus", None),
     (E + "ImportError: This modeling file requires the following packages that were not found in your environment: "
      "flash_attn, einops. Run `pip install flash_attn einops`", "config", "missing_dependency", "flash-attn einops"),
     (E + "RuntimeError: Bytes object is corrupted, checksum does not match. Expected: b'\\xf4\\xd5\\nx', Got: "
