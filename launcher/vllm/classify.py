@@ -80,7 +80,7 @@ _QUIET_WORDS = (
     "_gpu_blocks is", "Failed to extract", "The following fields", "-default args", " in world size",
     "Exception in ASGI", "Directly load", "compile takes", "compile took", "(profile, create", "memory broadcast", "Desired GPU",
     "The current --gpu", "Initial free memory", "total_hbm_limit", "total capacity of", "Processed prompts", "GiB total",
-    "Using max model len", "vLLM Version", "vLLM version:")
+    "Using max model len", "vLLM Version", "vLLM version:", "before program exit")
 _QUIET_GATE = re.compile("|".join(map(re.escape, _QUIET_WORDS)))
 # The same gates, each one search that stops only at the rare characters of a line (launcher/vllm/line_gate.py).
 # `rror` has no rare character: a plain `in` finds it faster. "# " stands for `# \w+ blocks: 0,` too.

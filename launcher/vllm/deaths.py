@@ -37,6 +37,19 @@ class Fold(Protocol):
     last_exception_line: int
     last_exception_module: str | None
     raised_serving: tuple[LogEvent, int] | None
+    api_server: bool
+    serving: bool  # a request was served (a script's progress bar of its prompts, too)
+    engine_ready_line: int  # where the engine said it was initialized
+
+
+def stops_engine(fold: Fold, event: LogEvent) -> bool:
+    """A shutdown line: the server's own always stops the engine (a death after it is no failure). A process's
+    interpreter exiting (torch's "destroy_process_group() was not called before program exit") stops it only in a
+    script (`LLM(...)`, no API server) whose engine served it with nothing raised since: the engine's death that
+    follows is the script's teardown. A crashed engine's process prints the same warning as it goes."""
+    if not event.values.get("exit"):
+        return True
+    return not fold.api_server and fold.serving and fold.last_exception_line < fold.engine_ready_line
 
 
 def named(fold: Fold, event: LogEvent) -> LogEvent | None:

@@ -228,7 +228,7 @@ class Diagnoser:
                 self.last_exception_module = self.tracebacks.module(event.proc)
                 self.wrapped.start(event, self.lines)
         elif kind is _SHUTDOWN:
-            self.shutting_down = True
+            self.shutting_down = self.shutting_down or deaths.stops_engine(self, event)
         elif kind in _SERVING:
             self.serving = True
             # Only the start-up's end, or a request that reached the server, completes it: a request-path module
@@ -254,8 +254,9 @@ class Diagnoser:
             self.waits += [self.lines] if len(self.waits) < STALLED_WAITS else []
             self.waiting = event.message
             return
-        if kind is not _FAILURE and kind is not _EXCEPTION and (kind is not _PROGRESS or event.values.get("percent") != 0):
-            self.last_progress_line = self.lines  # a bar at 0% shows no work done (tqdm redraws it as it closes)
+        if kind is not _FAILURE and kind is not _EXCEPTION and (kind is not _PROGRESS or event.values.get("percent") != 0) \
+                and not event.values.get("exit"):  # a bar at 0% (tqdm redraws it as it closes), an exit: no work done
+            self.last_progress_line = self.lines
         if kind is _VERSION:
             # Its banner (or logo) names the API server; `LLM(...)` in a script prints neither.
             self.api_server = self.api_server or "server version" in event.message or paste.API_SERVER in (event.proc or "")

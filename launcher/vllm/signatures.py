@@ -216,6 +216,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(EventKind.SERVING, "Exception in ASGI application", r"^Exception in ASGI application"),
     _sig(EventKind.SHUTDOWN, "hutting down", r"^(?:Shutting down FastAPI HTTP server|Shutting down$)"),
     _sig(EventKind.SHUTDOWN, "shutdown triggered", r"\[shutdown\] API server: shutdown triggered"),
+    # torch's warning as a process's interpreter exits (launcher.vllm.deaths.stops_engine: a script's exit only).
+    _sig(EventKind.SHUTDOWN, "before program exit", r"^\[W\S{1,32} \S{1,64} ProcessGroupNCCL\.cpp:\d+\] Warning: WARNING: "
+         r"destroy_process_group\(\) was not called before program exit", values={"exit": True}),
     _sig(EventKind.WAITING, "No available shared memory broadcast block",
          r"No available shared memory broadcast block found in (?P<waited_s>\d+) seconds?",
          convert=_numbers(waited_s="int")),

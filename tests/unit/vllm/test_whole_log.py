@@ -420,3 +420,20 @@ def test_an_initializations_wrapper_quoting_the_exception_before_it_is_not_the_c
                                 "RuntimeError: Orchestrator initialization failed: StageEngineCoreProc died during READY"
                                 " (exit code 1)"])
     assert diagnosis.root_cause == inner
+
+
+def test_a_scripts_engine_dying_as_its_interpreter_exits_is_its_teardown() -> None:
+    """`LLM(...)` in a script served its prompts; torch warns as the interpreter exits, then the client sees the engine
+    core gone. Nothing failed. The same death after an exception, or under an API server, stays a death."""
+    ready = "INFO 03-07 10:50:04 [core.py:278] init engine (profile, create kv cache, warmup model) took 448.35 seconds"
+    served = "Processed prompts: 100%|██████████| 1/1 [00:05<00:00,  5.81s/it, est. speed input: 0.86 toks/s]"
+    exiting = ("[rank0]:[W307 10:50:12.474267959 ProcessGroupNCCL.cpp:1524] Warning: WARNING: destroy_process_group() "
+               "was not called before program exit, which can leak resources.")
+    died = "ERROR 03-07 10:50:12 [core_client.py:616] Engine core proc EngineCore_DP0 died unexpectedly, shutting down client."
+    teardown = diagnose_lines([ready, served, exiting, died])
+    assert (teardown.cls, teardown.state) == ("ok", "stopped")
+    raised = ["ERROR 03-07 10:50:11 [core.py:1] EngineCore hit an exception: Traceback (most recent call last):",
+              "ERROR 03-07 10:50:11 [core.py:1] RuntimeError: CUDA error: an illegal memory access was encountered"]
+    assert diagnose_lines([ready, served, *raised, exiting, died]).cls == "engine_dead"
+    server = "(APIServer pid=1) INFO 03-07 10:40:00 [api_server.py:1] vLLM API server version 0.16.0"
+    assert diagnose_lines([server, ready, served, exiting, died]).cls == "engine_dead"
