@@ -147,8 +147,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(EventKind.VERSION, "LLM engine", r"Initializing (?:a V[01] |an )LLM engine(?: \(v(?P<vllm_version>[^)\s]+)\))?"
          r"(?: with(?: config.*?max_seq_len=(?P<max_model_len>\d+))?|\s*$)",  # ` with` alone: a terminal wrapped it
          convert=_numbers(vllm_version="str", max_model_len="int")),
-    # The version as an environment report (vLLM's collect_env: `vLLM Version: 0.22.0`) pasted with the log writes it.
-    _sig(EventKind.ENGINE_ARGS, "vLLM ", r"^\s*vLLM [Vv]ersion\s*: (?P<vllm_version>\d+\.\d+[\w.+-]*)\s*$",
+    # The version as an environment report (vLLM's collect_env: `vLLM Version: 0.22.0`) pasted with the log writes it,
+    # or as NVIDIA's container prints it before vLLM starts (`vLLM Version 0.24.0+092c4842`).
+    _sig(EventKind.ENGINE_ARGS, "vLLM ", r"^\s*vLLM [Vv]ersion\s*:? (?P<vllm_version>\d+\.\d+[\w.+-]*)\s*$",
          convert=_numbers(vllm_version="str")),
     # The context length vLLM runs with (the model's own when none was asked, shortened where the model's config says
     # so): the last one printed stands (launcher.vllm.diagnose keeps the latest max_model_len).

@@ -277,3 +277,11 @@ def test_the_length_vllm_resolved_is_the_last_it_printed() -> None:
 def test_an_environment_reports_version_is_read(line: str) -> None:
     event = classify.classify(line)
     assert event is not None and "0.11.0" == event.values.get("vllm_version")
+
+
+def test_the_version_nvidias_container_prints_before_vllm_starts_is_read() -> None:
+    from launcher.vllm.diagnose import diagnose_lines
+
+    d = diagnose_lines(["NVIDIA Release 26.04 (build 260771722)", "vLLM Version 0.24.0+092c4842",
+                        "vllm: error: unrecognized arguments: --disable-log-requests"])
+    assert (d.cls, d.numbers.get("vllm_version")) == ("config", "0.24.0+092c4842")
