@@ -52,6 +52,7 @@ _ACCESS = re.compile(r'^\s*\S+ - "[A-Z]+ ')
 # vLLM's request log (--enable-log-requests / --enable-log-outputs): prompts and outputs are the client's.
 _REQUEST_VERBS = ("Received request", "Generated response", "Added request", "Finished request", "Aborted request")
 _REQUEST_LOG = re.compile(r"^\s*(?:" + "|".join(_REQUEST_VERBS) + r"|Request \S+ (?:details|JSON body|prompt|params))\b")
+_UNMATCHED = 1024  # messages remembered as matching no signature, per table; emptied when full
 _MAX_LINE = 64 * 1024  # vLLM's longest real lines (argument dumps) are a few KiB; beyond this only the head counts
 _QUIET_SIGNATURES = tuple(sig for sig in SIGNATURES if sig.kind != EventKind.FAILURE)
 # Most lines of a log carry nothing; two gates turn them away before any signature is tried.
@@ -215,6 +216,10 @@ def _first_match(line: str, table: _Table, parsed: _Parsed | None) -> LogEvent |
     # A parsed line's needles are looked for in its message only: a pattern finds the message, so a needle that stands
     # only in the prefix (`[error_handler.py:12]`) names no signature that can match, and long prefixes cost nothing.
     start = len(line) - len(parsed[3]) if parsed is not None and line.endswith(parsed[3]) else 0
+    # So a parsed line's answer is its message's: a message that matched nothing (a traceback's lines, which every
+    # rank prints, and the engine prints twice) matches nothing again, whatever the prefix before it.
+    if start and parsed is not None and parsed[3] in table.unmatched:
+        return None
     for index in table.needles.candidates(line, start):
         needle, pattern, sig, failure = rows[index]
         if needle not in line:
@@ -230,6 +235,10 @@ def _first_match(line: str, table: _Table, parsed: _Parsed | None) -> LogEvent |
         if found:
             values = sig.convert(found.groupdict()) if sig.convert else sig.values
             return new_event(sig.kind, stripped, values, sig.failure, sig.reason, sig.fatal, proc, pid)
+    if start and parsed is not None:
+        if len(table.unmatched) >= _UNMATCHED:
+            table.unmatched.clear()
+        table.unmatched.add(parsed[3])
     return None
 
 
@@ -255,6 +264,7 @@ class _Table:
     def __init__(self, signatures: Iterable[Signature]) -> None:
         self.rows = tuple((sig.needle, sig.pattern, sig, sig.kind == EventKind.FAILURE) for sig in signatures)
         self.needles = WordIndex([row[0] for row in self.rows])
+        self.unmatched: set[str] = set()  # messages of parsed lines that no signature matched (bounded: _UNMATCHED)
 
 
 _TABLE = _Table(SIGNATURES)

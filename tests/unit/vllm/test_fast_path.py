@@ -116,3 +116,18 @@ def test_every_client_line_holds_a_request_word() -> None:
         assert is_client_text(normalize(line)[2]), line
         assert (classify(line), classify_plain(line)) == (_REQUEST, _REQUEST), line
         assert read_line(line)[1] is False, line  # its words are the client's: no traceback or error word read
+
+
+def test_a_message_that_matched_nothing_is_remembered_and_matches_nothing_under_another_prefix() -> None:
+    from launcher.vllm import classify as classify_module
+
+    body = "    return func(*args, **kwargs)"
+    first = f"(Worker_TP0 pid=11) ERROR 12-01 10:00:00 [multiproc_executor.py:1] {body}"
+    again = f"(Worker_TP1 pid=12) ERROR 12-01 10:00:01 [multiproc_executor.py:1] {body}"
+    assert classify(first) is None and body in classify_module._TABLE.unmatched
+    assert classify(again) is None
+    # A message that matches stays an event under any prefix (only a message that matched nothing is remembered).
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    for pid in (11, 12):
+        event = classify(f"(Worker_TP0 pid={pid}) ERROR 12-01 10:00:00 [multiproc_executor.py:1] {oom}")
+        assert event is not None and event.pid == pid and event.failure == "startup_memory"
