@@ -85,6 +85,22 @@ def _process(line: str) -> str | None:
     return None if line.lstrip(" ").startswith('File "') and "\r" not in line else normalize(line)[0]
 
 
+def _frame_site(line: str) -> tuple[str | None, str | None]:
+    """A frame line's hint (its function, the method vLLM names while it profiles, or `torch.cuda.graph(`) and its
+    site (`…/vllm/x.py:function`, or the path alone), each None where the line holds none."""
+    if "processing method" not in line and "cuda.graph(" not in line:
+        # The common line, a Python frame alone: its path and function in one search, where its first `File "` starts.
+        found = _FRAME_SITE.match(line, max(line.find('File "'), 0))
+        if found is not None and found.group(2) is not None:
+            return found.group(2), f"{found.group(1)}:{found.group(2)}"
+    found = _FRAME.search(line)
+    path = _FRAME_PATH.search(line)
+    function = found.group(1) if found is not None else None
+    hint = (found.group(1) or found.group(2) or found.group(3)) if found is not None else None
+    site = (f"{path.group(1)}:{function}" if function else path.group(1)) if path is not None else None
+    return hint, site
+
+
 def _bounded(table: dict[str | None, Any], proc: str | None, value: Any) -> None:
     if proc not in table and len(table) >= _MAX_PROCESSES:
         table.clear()
@@ -110,34 +126,20 @@ class Tracebacks:
             return
         if self.native is None and ("error: " in line or "Assertion `" in line) and _NATIVE_DIAGNOSTIC.search(line):
             self.native = normalize(line)[2].strip()  # a compiler's first error is its cause; the rest follow from it
-        frame = line.find('File "')
-        if frame >= 0 and "processing method" not in line and "cuda.graph(" not in line:
-            site_found = _FRAME_SITE.search(line, frame)
-            if site_found is not None and site_found.start() == frame and site_found.group(2) is not None:
-                self._frame(line, number, site_found.group(2), f"{site_found.group(1)}:{site_found.group(2)}")
-                frame = -2  # read: the general reading below would find the same function and site
-        if frame != -2 and (frame >= 0 or "processing method" in line or "cuda.graph(" in line):
-            found = _FRAME.search(line)
-            if found:
-                self.hints.append((number, found.group(1) or found.group(2) or found.group(3)))
-            path = _FRAME_PATH.search(line)
-            if path is not None:
-                function = found.group(1) if found is not None else None
-                self._frame(line, number, None, f"{path.group(1)}:{function}" if function else path.group(1))
+        if "File \"" in line or "processing method" in line or "cuda.graph(" in line:
+            hint, site = _frame_site(line)
+            if hint is not None:
+                self.hints.append((number, hint))
+            if site is not None:
+                proc = self._frame_process(line)
+                _bounded(self.modules, proc, site)
+                if COMPILE_CACHE_DIR in site:
+                    _bounded(self.cached, proc, True)
         if TRACEBACK in line:
             proc = normalize(line)[0]
             _bounded(self.open, proc, number)
             self.modules.pop(proc, None)  # a new traceback: the frames that follow are its own
             self.cached.pop(proc, None)
-
-    def _frame(self, line: str, number: int, function: str | None, site: str) -> None:
-        """A frame read: its function a hint (where given), its site the process's innermost frame so far."""
-        if function is not None:
-            self.hints.append((number, function))
-        proc = self._frame_process(line)
-        _bounded(self.modules, proc, site)
-        if COMPILE_CACHE_DIR in site:
-            _bounded(self.cached, proc, True)
 
     def _frame_process(self, line: str) -> str | None:
         """`_process(line)` for a frame line, remembered by the text before its `File "`: a traceback's frames share
